@@ -1,0 +1,16 @@
+// scheduled: one sweep per cron tick.
+import { sweepOnce } from '../src/sweep/sweep.ts';
+import { invocationId, openDb, sharedFor } from './deps.ts';
+import type { Env } from './env.ts';
+
+export async function handleScheduled(controller: ScheduledController, env: Env): Promise<void> {
+  const { config, log } = sharedFor(env);
+  const db = openDb(env);
+  const workerId = invocationId('cron');
+  try {
+    const counts = await sweepOnce({ db, config, sender: env.TASKS, log: log.child({ workerId }), workerId });
+    log.info('sweep', { cron: controller.cron, workerId, ...counts });
+  } finally {
+    await db.close();
+  }
+}

@@ -1,0 +1,40 @@
+// Reads the bindings once per isolate and opens the database for one
+// invocation. A connection never outlives the invocation that opened it.
+import { readConfig, type Config } from '../src/config.ts';
+import { createNeonDb } from '../src/db/neon.ts';
+import type { Db } from '../src/db/seam.ts';
+import { createRegistry, type Registry } from '../src/handlers/registry.ts';
+import { createLogger, type Logger } from '../src/log.ts';
+import type { Env } from './env.ts';
+import { taskTypes } from './tasks.ts';
+
+export interface Shared {
+  config: Config;
+  registry: Registry;
+  log: Logger;
+}
+
+const shared = new WeakMap<object, Shared>();
+
+export function sharedFor(env: Env): Shared {
+  let s = shared.get(env);
+  if (!s) {
+    s = { config: readConfig(env), registry: createRegistry(taskTypes), log: createLogger() };
+    shared.set(env, s);
+  }
+  return s;
+}
+
+export function openDb(env: Env): Db {
+  if (!env.DATABASE_URL) throw new Error('DATABASE_URL is not set (wrangler secret put DATABASE_URL)');
+  return createNeonDb({
+    connectionString: env.DATABASE_URL,
+    wsProxy: env.DATABASE_WS_PROXY || undefined,
+    maxConnections: 4,
+  });
+}
+
+/** A fresh id per invocation, written to claimed_by. */
+export function invocationId(kind: string): string {
+  return `${kind}:${crypto.randomUUID()}`;
+}

@@ -1,0 +1,17 @@
+// The Worker's bindings, as wrangler.toml and `wrangler secret put` define them.
+import type { TaskMessage } from '../src/sweep/sweep.ts';
+
+export interface Env {
+  /** Secret. Neon's pooled connection string in production. */
+  DATABASE_URL: string;
+  /** Development only: `host:port` of the WebSocket-to-TCP proxy. */
+  DATABASE_WS_PROXY?: string;
+  /** Secret. Manages tenants, keys and queues. */
+  ADMIN_TOKEN: string;
+  /** Secret. `whsec_...`, signs built-in http deliveries. */
+  SIGNING_SECRET?: string;
+  /** The Queue that carries due tasks to the consumer. */
+  TASKS: Queue<TaskMessage>;
+  /** Tunables ([vars]); see src/config.ts. */
+  [variable: string]: unknown;
+}

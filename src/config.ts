@@ -1,0 +1,94 @@
+// Tunables, read once per invocation from the Worker's vars (or any record of
+// strings). Each has a default that suits a one-minute cron; the README lists
+// them. An invalid value fails loudly, naming the variable.
+import { z } from 'zod';
+
+const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+const bool = z
+  .enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'])
+  .transform((v) => ['true', '1', 'yes', 'on'].includes(v));
+
+const ConfigSchema = z.object({
+  /** Most tasks one claim statement takes (and one sendBatch sends: Queues cap it at 100). */
+  SWEEP_BATCH_SIZE: int(1, 100).default(100),
+  /** Most scheduled tasks one promote statement makes runnable. */
+  PROMOTE_BATCH_SIZE: int(1, 10_000).default(1000),
+  /** Most expired leases one reap statement handles. */
+  REAP_BATCH_SIZE: int(1, 10_000).default(500),
+  /** Most finished tasks one purge statement deletes. */
+  PURGE_BATCH_SIZE: int(1, 10_000).default(1000),
+  /** Wall-clock budget of one sweep; steps stop starting new batches past it. */
+  SWEEP_TIME_BUDGET_MS: int(100, 900_000).default(20_000),
+  /** Tasks due within this window are claimed early and sent with a delay. */
+  LOOKAHEAD_SECONDS: int(0, 600).default(60),
+  /** How long a claimed task may stay unsent before the reaper gives it back (no attempt spent). */
+  CLAIM_LEASE_SECONDS: int(5, 3600).default(60),
+  /** How long a sent task may wait for the consumer to start it before the reaper counts the attempt failed. */
+  DISPATCH_LEASE_SECONDS: int(10, 43_200).default(900),
+  /** Slack added to a task's timeout when its lease is set at start. */
+  LEASE_GRACE_SECONDS: int(1, 3600).default(30),
+  /** Finished tasks are deleted after this many seconds (default 7 days). */
+  RETENTION_SECONDS: int(60, 10 * 365 * 86_400).default(7 * 86_400),
+  /** Spent idempotency keys are kept this long after their task row is deleted; 0 keeps them forever. */
+  SPENT_KEY_RETENTION_SECONDS: int(0, 100 * 365 * 86_400).default(0),
+  DEFAULT_MAX_ATTEMPTS: int(1, 100).default(5),
+  DEFAULT_TIMEOUT_SECONDS: int(1, 900).default(30),
+  DEFAULT_BACKOFF_BASE_SECONDS: z.coerce.number().min(0.001).max(86_400).default(1),
+  DEFAULT_BACKOFF_MAX_SECONDS: z.coerce.number().min(0.001).max(7 * 86_400).default(3600),
+  /** Lets the built-in http task reach private, loopback and link-local addresses. */
+  ALLOW_PRIVATE_TARGETS: bool.default(false),
+});
+
+export interface Config {
+  sweepBatchSize: number;
+  promoteBatchSize: number;
+  reapBatchSize: number;
+  purgeBatchSize: number;
+  sweepTimeBudgetMs: number;
+  lookaheadSeconds: number;
+  claimLeaseSeconds: number;
+  dispatchLeaseSeconds: number;
+  leaseGraceSeconds: number;
+  retentionSeconds: number;
+  spentKeyRetentionSeconds: number;
+  defaultMaxAttempts: number;
+  defaultTimeoutMs: number;
+  defaultBackoffBaseMs: number;
+  defaultBackoffMaxMs: number;
+  allowPrivateTargets: boolean;
+}
+
+/** Reads the tunables from string vars; empty strings count as unset. */
+export function readConfig(vars: Record<string, unknown>): Config {
+  const present: Record<string, unknown> = {};
+  for (const key of Object.keys(ConfigSchema.shape)) {
+    const value = vars[key];
+    if (value !== undefined && value !== '') present[key] = typeof value === 'string' ? value.trim() : String(value);
+  }
+  const parsed = ConfigSchema.safeParse(present);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new Error(`invalid configuration ${String(issue.path[0])}: ${issue.message}`);
+  }
+  const v = parsed.data;
+  return {
+    sweepBatchSize: v.SWEEP_BATCH_SIZE,
+    promoteBatchSize: v.PROMOTE_BATCH_SIZE,
+    reapBatchSize: v.REAP_BATCH_SIZE,
+    purgeBatchSize: v.PURGE_BATCH_SIZE,
+    sweepTimeBudgetMs: v.SWEEP_TIME_BUDGET_MS,
+    lookaheadSeconds: v.LOOKAHEAD_SECONDS,
+    claimLeaseSeconds: v.CLAIM_LEASE_SECONDS,
+    dispatchLeaseSeconds: v.DISPATCH_LEASE_SECONDS,
+    leaseGraceSeconds: v.LEASE_GRACE_SECONDS,
+    retentionSeconds: v.RETENTION_SECONDS,
+    spentKeyRetentionSeconds: v.SPENT_KEY_RETENTION_SECONDS,
+    defaultMaxAttempts: v.DEFAULT_MAX_ATTEMPTS,
+    defaultTimeoutMs: v.DEFAULT_TIMEOUT_SECONDS * 1000,
+    defaultBackoffBaseMs: Math.round(v.DEFAULT_BACKOFF_BASE_SECONDS * 1000),
+    defaultBackoffMaxMs: Math.round(v.DEFAULT_BACKOFF_MAX_SECONDS * 1000),
+    allowPrivateTargets: v.ALLOW_PRIVATE_TARGETS,
+  };
+}
+
+export const defaultConfig: Config = readConfig({});

@@ -1,0 +1,26 @@
+// SQLSTATE codes become domain errors here, and nowhere else.
+import { AppError } from '../errors.ts';
+
+interface PgErrorLike {
+  code?: string;
+  message?: string;
+}
+
+/** Connection-level failures: the caller may retry later; nothing was decided. */
+const UNAVAILABLE = new Set([
+  '08000', '08003', '08006', '08001', '08004', // connection exceptions
+  '57P01', '57P02', '57P03', // admin shutdown, crash shutdown, cannot connect now
+  '53300', // too many connections
+]);
+
+export function translateDbError(error: unknown): unknown {
+  if (error instanceof AppError) return error;
+  const e = error as PgErrorLike;
+  if (typeof e?.code === 'string' && UNAVAILABLE.has(e.code)) {
+    return new AppError('database_unavailable', `database unavailable: ${e.message ?? e.code}`);
+  }
+  if (e?.code === undefined && error instanceof Error && /connect|socket|terminat|closed|ECONN|WebSocket/i.test(error.message)) {
+    return new AppError('database_unavailable', `database unavailable: ${error.message}`);
+  }
+  return error;
+}

@@ -1,0 +1,688 @@
+// The task statements. Each is one round trip, whatever the batch size: a batch
+// travels as parallel arrays through unnest(). Every parameter is cast; $1 is
+// always the clock override (null: the database's now()), so tests travel in
+// time and the database clock is the only clock in production.
+//
+// Every write about an attempt is guarded by id + lease epoch + status: a
+// stale worker, a redelivered message or a retried statement changes nothing.
+import type { Queryable } from '../seam.ts';
+import { sql } from '../seam.ts';
+import { TASK_COLUMNS, taskFromRow, type Delivery, type Task, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
+
+type Now = Date | null | undefined;
+const at = (now: Now) => now ?? null;
+
+const TASK_COLUMN_NAMES = TASK_COLUMNS.split(',').map((c) => c.trim());
+const TASK_COLUMNS_T = TASK_COLUMN_NAMES.map((c) => `t.${c}`).join(', ');
+/** Fills the task columns of a UNION branch that reports a lost fence (by id only). */
+const TASK_COLUMNS_NULLS_BUT_ID = TASK_COLUMN_NAMES.slice(1).map((c) => `null as ${c}`).join(', ');
+
+// ---------------------------------------------------------------------------
+// Enqueue
+
+export interface NewTask {
+  queue: string;
+  task: string;
+  payload: unknown;
+  /** An absolute run time, or null to run `delayMs` after the database's now. */
+  runAt: Date | null;
+  delayMs: number | null;
+  maxAttempts: number;
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+  timeoutMs: number;
+  delivery: Delivery;
+  idempotencyKey: string | null;
+}
+
+export interface WrittenTask extends Task {
+  /** true: inserted now; false: an existing task with the same idempotency key. */
+  created: boolean;
+}
+
+/**
+ * Inserts a batch of one tenant's tasks. Tasks due within the look-ahead are
+ * born `queued` with their fair-queuing vtime: per queue, the tenant's row is
+ * advanced once for the whole batch (`max(last_vtime, queue clock) + n/weight`)
+ * and the batch's tasks take the steps in input order. Only this tenant's row
+ * is written, so tenants never serialize on each other; rows are locked in
+ * (queue, tenant) order everywhere, so statements cannot deadlock on them.
+ *
+ * An existing idempotency key is resolved by ON CONFLICT on the row itself:
+ * a task still waiting (scheduled or queued) takes the new run time and
+ * payload; a spent one (running or finished) is returned unchanged. Keys whose
+ * task retention already deleted are left out here (the caller reads them from
+ * spent_idempotency_keys); the trigger of migration 0002 closes the race with
+ * a purge committing meanwhile.
+ */
+const tasksInsertBatch = sql(
+  'tasks_insert_batch',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   input as (
+     select i.*, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
+     from unnest($4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::bigint[], $9::int[], $10::int[],
+                 $11::int[], $12::int[], $13::text[], $14::text[])
+          with ordinality as i(queue, task, payload, run_at, delay_ms, max_attempts, backoff_base_ms,
+                               backoff_max_ms, timeout_ms, delivery, idempotency_key, ord),
+          clock,
+          lateral (select coalesce(i.run_at, clock.now + coalesce(i.delay_ms, 0) * interval '1 millisecond') as due_at) d
+     where not exists (select 1 from spent_idempotency_keys s
+                       where s.tenant = $2::text and s.idempotency_key = i.idempotency_key)
+   ),
+   known_queues as (
+     insert into queues (name) select distinct queue from input order by queue on conflict do nothing
+   ),
+   runnable_counts as (
+     select queue, count(*)::double precision as n from input where runnable group by queue
+   ),
+   fair as (
+     insert into tenants as t (queue, tenant, last_vtime)
+     select c.queue, $2::text, coalesce(q.vclock, 0) + c.n
+     from runnable_counts c left join queues q on q.name = c.queue
+     order by c.queue
+     on conflict (queue, tenant) do update set
+       last_vtime = greatest(t.last_vtime, coalesce((select q.vclock from queues q where q.name = t.queue), 0))
+                    + (select c.n from runnable_counts c where c.queue = t.queue) / t.weight,
+       updated_at = now()
+     returning t.queue, t.last_vtime, t.weight
+   ),
+   rows as (
+     select i.*,
+            case when i.runnable then
+              f.last_vtime - (c.n - row_number() over (partition by i.queue, i.runnable order by i.ord)) / f.weight
+            end as vtime
+     from input i
+     left join fair f on i.runnable and f.queue = i.queue
+     left join runnable_counts c on i.runnable and c.queue = i.queue
+   )
+   insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
+                           backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at)
+   select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
+          r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
+          r.idempotency_key, r.vtime, clock.now, clock.now
+   from rows r, clock
+   order by r.ord
+   on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
+     payload    = case when t.status in ('scheduled', 'queued') then excluded.payload else t.payload end,
+     run_at     = case when t.status in ('scheduled', 'queued') then excluded.run_at else t.run_at end,
+     vtime      = case when t.status not in ('scheduled', 'queued') then t.vtime
+                       when excluded.status = 'queued' then coalesce(t.vtime, excluded.vtime) end,
+     status     = case when t.status in ('scheduled', 'queued') then excluded.status else t.status end,
+     updated_at = case when t.status in ('scheduled', 'queued') then excluded.updated_at else t.updated_at end
+   returning ${TASK_COLUMNS_T}, (t.xmax = 0) as created`,
+);
+
+export async function insertTasks(
+  q: Queryable,
+  p: { now?: Now; tenant: string; lookaheadSeconds: number; tasks: readonly NewTask[] },
+): Promise<WrittenTask[]> {
+  const col = <K extends keyof NewTask>(k: K) => p.tasks.map((t) => t[k]);
+  const rows = await q.query<TaskRow & { created: boolean }>(tasksInsertBatch, [
+    at(p.now),
+    p.tenant,
+    p.lookaheadSeconds,
+    col('queue'),
+    col('task'),
+    p.tasks.map((t) => JSON.stringify(t.payload ?? null)),
+    col('runAt'),
+    col('delayMs'),
+    col('maxAttempts'),
+    col('backoffBaseMs'),
+    col('backoffMaxMs'),
+    col('timeoutMs'),
+    col('delivery'),
+    col('idempotencyKey'),
+  ]);
+  return rows.map((r) => ({ ...taskFromRow(r), created: r.created }));
+}
+
+export interface SpentKey {
+  idempotencyKey: string;
+  taskId: string;
+  status: TaskStatus;
+  spentAt: Date;
+}
+
+const spentKeysFind = sql(
+  'spent_idempotency_keys_find',
+  `select idempotency_key, task_id, status, spent_at from spent_idempotency_keys
+   where tenant = $1::text and idempotency_key = any($2::text[])`,
+);
+
+export async function findSpentKeys(q: Queryable, tenant: string, keys: readonly string[]): Promise<SpentKey[]> {
+  const rows = await q.query<{ idempotency_key: string; task_id: string; status: TaskStatus; spent_at: Date }>(
+    spentKeysFind,
+    [tenant, keys],
+  );
+  return rows.map((r) => ({ idempotencyKey: r.idempotency_key, taskId: String(r.task_id), status: r.status, spentAt: r.spent_at }));
+}
+
+// ---------------------------------------------------------------------------
+// Sweep: promote, claim, mark dispatched
+
+/**
+ * Makes due `scheduled` tasks runnable: locks a bounded batch (SKIP LOCKED, so
+ * concurrent sweeps split the work), advances each (queue, tenant) row once
+ * for its share of the batch, and gives every task its vtime in run_at order.
+ */
+const tasksPromoteDue = sql(
+  'tasks_promote_due',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   due as (
+     select t.id, t.queue, t.tenant, t.run_at from tasks t, clock
+     where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)
+     order by t.run_at, t.id
+     limit $3::int
+     for update of t skip locked
+   ),
+   counts as (select queue, tenant, count(*)::double precision as n from due group by queue, tenant),
+   fair as (
+     insert into tenants as t (queue, tenant, last_vtime)
+     select c.queue, c.tenant, coalesce(q.vclock, 0) + c.n
+     from counts c left join queues q on q.name = c.queue
+     order by c.queue, c.tenant
+     on conflict (queue, tenant) do update set
+       last_vtime = greatest(t.last_vtime, coalesce((select q.vclock from queues q where q.name = t.queue), 0))
+                    + (select c.n from counts c where c.queue = t.queue and c.tenant = t.tenant) / t.weight,
+       updated_at = now()
+     returning t.queue, t.tenant, t.last_vtime, t.weight
+   ),
+   ranked as (
+     select d.id,
+            f.last_vtime - (c.n - row_number() over (partition by d.queue, d.tenant order by d.run_at, d.id)) / f.weight
+              as vtime
+     from due d join fair f using (queue, tenant) join counts c using (queue, tenant)
+   )
+   update tasks t set status = 'queued', vtime = r.vtime, updated_at = clock.now
+   from ranked r, clock
+   where t.id = r.id
+   returning t.id`,
+);
+
+export async function promoteDueTasks(
+  q: Queryable,
+  p: { now?: Now; lookaheadSeconds: number; limit: number },
+): Promise<number> {
+  const rows = await q.query(tasksPromoteDue, [at(p.now), p.lookaheadSeconds, p.limit]);
+  return rows.length;
+}
+
+/** Queues that are not paused and hold runnable work. */
+const queuesListClaimable = sql(
+  'queues_list_claimable',
+  `select q.name from queues q
+   where not q.paused and exists (select 1 from tasks t where t.queue = q.name and t.status = 'queued')
+   order by q.name`,
+);
+
+export async function listClaimableQueues(q: Queryable): Promise<string[]> {
+  return (await q.query<{ name: string }>(queuesListClaimable)).map((r) => r.name);
+}
+
+export interface ClaimedTask {
+  id: string;
+  epoch: number;
+  runAt: Date;
+  /** How long after the claim the task is due (0 when already due). */
+  delayMs: number;
+}
+
+/**
+ * Claims the lowest-vtime runnable tasks of one queue: locks them with SKIP
+ * LOCKED (overlapping sweeps take disjoint sets), marks them `running` with a
+ * bumped epoch, an attempt counted and a lease that covers the wait until
+ * their run_at, and advances the queue's virtual clock, all in one statement.
+ * A paused queue yields nothing.
+ */
+const tasksClaimRunnable = sql(
+  'tasks_claim_runnable',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   picked as (
+     select t.id from tasks t
+     where t.status = 'queued' and t.queue = $2::text
+       and not exists (select 1 from queues q where q.name = $2::text and q.paused)
+     order by t.vtime, t.id
+     limit $3::int
+     for update of t skip locked
+   ),
+   claimed as (
+     update tasks t set
+       status = 'running',
+       attempts = t.attempts + 1,
+       lease_epoch = t.lease_epoch + 1,
+       claimed_by = $4::text,
+       lease_expires_at = greatest(t.run_at, clock.now) + make_interval(secs => $5::int),
+       dispatched_at = null,
+       started_at = null,
+       updated_at = clock.now
+     from picked, clock
+     where t.id = picked.id
+     returning t.id, t.lease_epoch, t.run_at, t.vtime,
+               greatest(0, floor(extract(epoch from t.run_at - clock.now) * 1000))::bigint as delay_ms
+   ),
+   advanced as (
+     update queues q set vclock = greatest(q.vclock, m.v)
+     from (select max(vtime) as v from claimed) m
+     where q.name = $2::text and m.v is not null
+   )
+   select id, lease_epoch, run_at, delay_ms from claimed order by vtime, id`,
+);
+
+export async function claimTasks(
+  q: Queryable,
+  p: { now?: Now; queue: string; limit: number; claimedBy: string; leaseSeconds: number },
+): Promise<ClaimedTask[]> {
+  const rows = await q.query<{ id: string; lease_epoch: string; run_at: Date; delay_ms: string }>(tasksClaimRunnable, [
+    at(p.now),
+    p.queue,
+    p.limit,
+    p.claimedBy,
+    p.leaseSeconds,
+  ]);
+  return rows.map((r) => ({ id: String(r.id), epoch: Number(r.lease_epoch), runAt: r.run_at, delayMs: Number(r.delay_ms) }));
+}
+
+/** A fenced write that found the task no longer held at the expected epoch. */
+export interface LostFence {
+  id: string;
+  epoch: number;
+  /** null: the task no longer exists. */
+  currentEpoch: number | null;
+  currentStatus: TaskStatus | null;
+}
+
+interface LostRow {
+  id: string;
+  epoch: string;
+  current_epoch: string | null;
+  current_status: TaskStatus | null;
+}
+const lostFromRow = (r: LostRow): LostFence => ({
+  id: String(r.id),
+  epoch: Number(r.epoch),
+  currentEpoch: r.current_epoch === null ? null : Number(r.current_epoch),
+  currentStatus: r.current_status,
+});
+
+/**
+ * Records that claimed tasks were handed to the Queue, so the reaper can tell
+ * "claimed, never sent" (requeue, no attempt spent) from "sent, never
+ * reported". Guarded by epoch and status; returns the writes that lost.
+ */
+const tasksMarkDispatched = sql(
+  'tasks_mark_dispatched_if_running',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   sent as (select * from unnest($2::bigint[], $3::bigint[]) as s(id, epoch)),
+   marked as (
+     update tasks t set
+       dispatched_at = clock.now,
+       lease_expires_at = greatest(t.run_at, clock.now) + make_interval(secs => $4::int),
+       updated_at = clock.now
+     from sent, clock
+     where t.id = sent.id and t.lease_epoch = sent.epoch and t.status = 'running' and t.started_at is null
+     returning t.id
+   )
+   select s.id, s.epoch, cur.lease_epoch as current_epoch, cur.status as current_status
+   from sent s left join tasks cur on cur.id = s.id
+   where s.id not in (select id from marked)
+     -- already started by a consumer that was quicker than this mark: not lost
+     and (cur.id is null or cur.lease_epoch <> s.epoch or cur.status <> 'running')`,
+);
+
+export async function markDispatched(
+  q: Queryable,
+  p: { now?: Now; tasks: readonly { id: string; epoch: number }[]; leaseSeconds: number },
+): Promise<LostFence[]> {
+  const rows = await q.query<LostRow>(tasksMarkDispatched, [
+    at(p.now),
+    p.tasks.map((t) => t.id),
+    p.tasks.map((t) => t.epoch),
+    p.leaseSeconds,
+  ]);
+  return rows.map(lostFromRow);
+}
+
+/**
+ * Gives back claims whose send failed: back to `queued` with their vtime and
+ * the attempt refunded, as if never claimed. Safe even if some message did go
+ * out: it carries the old epoch and finds the task not running (or re-claimed
+ * under a higher epoch), so it never runs.
+ */
+const tasksReleaseUndispatched = sql(
+  'tasks_release_if_undispatched',
+  `update tasks t set status = 'queued', attempts = t.attempts - 1, lease_expires_at = null,
+                      updated_at = coalesce($1::timestamptz, now())
+   from unnest($2::bigint[], $3::bigint[]) as c(id, epoch)
+   where t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
+     and t.dispatched_at is null and t.started_at is null
+   returning t.id`,
+);
+
+export async function releaseClaims(
+  q: Queryable,
+  p: { now?: Now; tasks: readonly { id: string; epoch: number }[] },
+): Promise<number> {
+  const rows = await q.query(tasksReleaseUndispatched, [at(p.now), p.tasks.map((t) => t.id), p.tasks.map((t) => t.epoch)]);
+  return rows.length;
+}
+
+// ---------------------------------------------------------------------------
+// Consume: fenced start, fenced finish, heartbeat
+
+export interface StartedTask {
+  task: Task;
+  /** Milliseconds until run_at (claimed early with a delay that was rounded down). */
+  waitMs: number;
+}
+
+/**
+ * Fenced start for a whole message batch: marks `started_at` only where id,
+ * epoch and `running` still match and the attempt has not started yet, so a
+ * duplicate delivery, a cancelled task or a stale epoch never runs. The lease
+ * is stretched to the task's timeout plus grace from its start.
+ */
+const tasksStartIfClaimed = sql(
+  'tasks_start_if_claimed',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   msg as (select * from unnest($2::bigint[], $3::bigint[]) as m(id, epoch)),
+   started as (
+     update tasks t set
+       started_at = greatest(clock.now, t.run_at),
+       dispatched_at = coalesce(t.dispatched_at, clock.now),
+       lease_expires_at = greatest(clock.now, t.run_at)
+                          + make_interval(secs => (t.timeout_ms / 1000.0) + $4::int),
+       updated_at = clock.now
+     from msg, clock
+     where t.id = msg.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+     returning ${TASK_COLUMNS_T}, greatest(0, extract(epoch from t.run_at - clock.now) * 1000)::float8 as wait_ms
+   )
+   select s.*, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status, true as started
+   from started s
+   union all
+   select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, m.epoch, cur.lease_epoch, cur.status, false
+   from msg m left join tasks cur on cur.id = m.id
+   where m.id not in (select id from started)`,
+);
+
+export async function startTasks(
+  q: Queryable,
+  p: { now?: Now; tasks: readonly { id: string; epoch: number }[]; leaseGraceSeconds: number },
+): Promise<{ started: StartedTask[]; lost: LostFence[] }> {
+  const rows = await q.query<TaskRow & LostRow & { wait_ms: number; started: boolean }>(tasksStartIfClaimed, [
+    at(p.now),
+    p.tasks.map((t) => t.id),
+    p.tasks.map((t) => t.epoch),
+    p.leaseGraceSeconds,
+  ]);
+  const started: StartedTask[] = [];
+  const lost: LostFence[] = [];
+  for (const r of rows) {
+    if (r.started) started.push({ task: taskFromRow(r), waitMs: Number(r.wait_ms) });
+    else lost.push(lostFromRow(r));
+  }
+  return { started, lost };
+}
+
+export type AttemptOutcome = 'succeeded' | 'failed' | 'permanent';
+
+export interface AttemptResult {
+  id: string;
+  epoch: number;
+  outcome: AttemptOutcome;
+  error: string | null;
+  /** Overrides the backoff (e.g. a Retry-After); null: the task's backoff. */
+  retryDelayMs: number | null;
+}
+
+export interface FinishedTask {
+  id: string;
+  status: TaskStatus;
+  runAt: Date;
+}
+
+/**
+ * Fenced finish for a whole batch: writes each result only where the epoch
+ * still matches and the task is still `running`. A failure retries (back to
+ * `scheduled`, run_at pushed out by the backoff) while attempts remain and the
+ * task is at-least-once; otherwise it is `dead`. Results that lost the fence
+ * come back, never applied.
+ */
+const tasksFinishIfRunning = sql(
+  'tasks_finish_if_running',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   res as (
+     select * from unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::int[])
+       as r(id, epoch, outcome, error, retry_delay_ms)
+   ),
+   decided as (
+     select r.*, case
+              when r.outcome = 'succeeded' then 'succeeded'
+              when r.outcome = 'failed' and t.delivery = 'at_least_once' and t.attempts < t.max_attempts then 'scheduled'
+              else 'dead'
+            end as next_status
+     from res r join tasks t on t.id = r.id
+   ),
+   finished as (
+     update tasks t set
+       status = d.next_status,
+       finished_at = case when d.next_status = 'scheduled' then null else clock.now end,
+       run_at = case when d.next_status = 'scheduled'
+                     then clock.now + coalesce(d.retry_delay_ms, task_backoff_ms(t.backoff_base_ms, t.backoff_max_ms, t.attempts))
+                                      * interval '1 millisecond'
+                     else t.run_at end,
+       vtime = case when d.next_status = 'scheduled' then null else t.vtime end,
+       dispatched_at = case when d.next_status = 'scheduled' then null else t.dispatched_at end,
+       started_at = case when d.next_status = 'scheduled' then null else t.started_at end,
+       lease_expires_at = null,
+       last_error = coalesce(d.error, t.last_error),
+       updated_at = clock.now
+     from decided d, clock
+     where t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'
+     returning t.id, t.status, t.run_at
+   )
+   select f.id, null::bigint as epoch, f.status, f.run_at, null::bigint as current_epoch, null::text as current_status
+   from finished f
+   union all
+   select r.id, r.epoch, null, null, cur.lease_epoch, cur.status
+   from res r left join tasks cur on cur.id = r.id
+   where r.id not in (select id from finished)`,
+);
+
+export async function finishTasks(
+  q: Queryable,
+  p: { now?: Now; results: readonly AttemptResult[] },
+): Promise<{ finished: FinishedTask[]; lost: LostFence[] }> {
+  const rows = await q.query<LostRow & { status: TaskStatus | null; run_at: Date | null }>(tasksFinishIfRunning, [
+    at(p.now),
+    p.results.map((r) => r.id),
+    p.results.map((r) => r.epoch),
+    p.results.map((r) => r.outcome),
+    p.results.map((r) => r.error),
+    p.results.map((r) => (r.retryDelayMs === null ? null : Math.max(0, Math.round(r.retryDelayMs)))),
+  ]);
+  const finished: FinishedTask[] = [];
+  const lost: LostFence[] = [];
+  for (const r of rows) {
+    if (r.status !== null && r.epoch === null) finished.push({ id: String(r.id), status: r.status, runAt: r.run_at! });
+    else lost.push(lostFromRow(r));
+  }
+  return { finished, lost };
+}
+
+/** Heartbeat: pushes a running attempt's lease out, only for its own epoch. */
+const tasksExtendLease = sql(
+  'tasks_extend_lease_if_running',
+  `update tasks set
+     lease_expires_at = greatest(lease_expires_at, coalesce($1::timestamptz, now()) + make_interval(secs => $4::double precision)),
+     updated_at = coalesce($1::timestamptz, now())
+   where id = $2::bigint and lease_epoch = $3::bigint and status = 'running'
+   returning lease_expires_at`,
+);
+
+export async function extendLease(
+  q: Queryable,
+  p: { now?: Now; id: string; epoch: number; seconds: number },
+): Promise<Date | null> {
+  const rows = await q.query<{ lease_expires_at: Date }>(tasksExtendLease, [at(p.now), p.id, p.epoch, p.seconds]);
+  return rows[0]?.lease_expires_at ?? null;
+}
+
+// ---------------------------------------------------------------------------
+// Maintenance: reap, purge
+
+export interface ReapCounts {
+  requeued: number;
+  retried: number;
+  dead: number;
+}
+
+/**
+ * Handles running tasks whose lease expired (DESIGN §5.1). Never handed to the
+ * Queue: back to `queued` with its vtime and without spending the attempt.
+ * Handed off: under at-least-once a failed attempt (retry with backoff, or
+ * `dead` when none is left); under at-most-once finished without redelivery.
+ */
+const tasksReapExpired = sql(
+  'tasks_reap_expired',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   expired as (
+     select t.id,
+            case when t.dispatched_at is null and t.started_at is null then 'queued'
+                 when t.delivery = 'at_most_once' then 'dead'
+                 when t.attempts < t.max_attempts then 'scheduled'
+                 else 'dead' end as next_status
+     from tasks t, clock
+     where t.status = 'running' and t.lease_expires_at < clock.now
+     order by t.lease_expires_at
+     limit $2::int
+     for update of t skip locked
+   )
+   update tasks t set
+     status = e.next_status,
+     attempts = case when e.next_status = 'queued' then t.attempts - 1 else t.attempts end,
+     run_at = case when e.next_status = 'scheduled'
+                   then clock.now + task_backoff_ms(t.backoff_base_ms, t.backoff_max_ms, t.attempts) * interval '1 millisecond'
+                   else t.run_at end,
+     vtime = case when e.next_status = 'scheduled' then null else t.vtime end,
+     finished_at = case when e.next_status = 'dead' then clock.now end,
+     dispatched_at = case when e.next_status = 'dead' then t.dispatched_at end,
+     started_at = case when e.next_status = 'dead' then t.started_at end,
+     lease_expires_at = null,
+     last_error = case
+       when e.next_status = 'queued' then t.last_error
+       when t.delivery = 'at_most_once' then 'lease expired after dispatch; at_most_once: not redelivered'
+       else 'lease expired: the consumer did not report (attempt ' || t.attempts || ')' end,
+     updated_at = clock.now
+   from expired e, clock
+   where t.id = e.id
+   returning e.next_status`,
+);
+
+export async function reapExpiredLeases(q: Queryable, p: { now?: Now; limit: number }): Promise<ReapCounts> {
+  const rows = await q.query<{ next_status: string }>(tasksReapExpired, [at(p.now), p.limit]);
+  const counts: ReapCounts = { requeued: 0, retried: 0, dead: 0 };
+  for (const r of rows) {
+    if (r.next_status === 'queued') counts.requeued += 1;
+    else if (r.next_status === 'scheduled') counts.retried += 1;
+    else counts.dead += 1;
+  }
+  return counts;
+}
+
+/**
+ * Deletes a bounded batch of terminal tasks past retention. Idempotency keys
+ * of deleted tasks move to spent_idempotency_keys in the same statement, so a
+ * spent key stays spent after its task is gone.
+ */
+const tasksPurgeFinished = sql(
+  'tasks_purge_finished',
+  `with doomed as (
+     select id from tasks
+     where status in ('succeeded', 'dead', 'cancelled', 'missed')
+       and finished_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)
+     order by finished_at
+     limit $3::int
+     for update skip locked
+   ),
+   deleted as (
+     delete from tasks t using doomed where t.id = doomed.id
+     returning t.id, t.tenant, t.idempotency_key, t.status
+   ),
+   kept as (
+     insert into spent_idempotency_keys (tenant, idempotency_key, task_id, status, spent_at)
+     select tenant, idempotency_key, id, status, coalesce($1::timestamptz, now())
+     from deleted where idempotency_key is not null
+     on conflict do nothing
+   )
+   select count(*)::int as n from deleted`,
+);
+
+export async function purgeFinishedTasks(
+  q: Queryable,
+  p: { now?: Now; retentionSeconds: number; limit: number },
+): Promise<number> {
+  const rows = await q.query<{ n: number }>(tasksPurgeFinished, [at(p.now), p.retentionSeconds, p.limit]);
+  return rows[0]?.n ?? 0;
+}
+
+const spentKeysPurge = sql(
+  'spent_idempotency_keys_purge',
+  `with doomed as (
+     select tenant, idempotency_key from spent_idempotency_keys
+     where spent_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)
+     limit $3::int
+   )
+   delete from spent_idempotency_keys s using doomed d
+   where s.tenant = d.tenant and s.idempotency_key = d.idempotency_key
+   returning 1`,
+);
+
+export async function purgeSpentKeys(
+  q: Queryable,
+  p: { now?: Now; retentionSeconds: number; limit: number },
+): Promise<number> {
+  return (await q.query(spentKeysPurge, [at(p.now), p.retentionSeconds, p.limit])).length;
+}
+
+// ---------------------------------------------------------------------------
+// Reads and cancel, always scoped by tenant
+
+const tasksGet = sql('tasks_get', `select ${TASK_COLUMNS} from tasks where tenant = $1::text and id = $2::bigint`);
+
+export async function getTask(q: Queryable, tenant: string, id: string): Promise<Task | null> {
+  const rows = await q.query<TaskRow>(tasksGet, [tenant, id]);
+  return rows[0] ? taskFromRow(rows[0]) : null;
+}
+
+const tasksGetByKey = sql(
+  'tasks_get_by_key',
+  `select ${TASK_COLUMNS} from tasks where tenant = $1::text and idempotency_key = $2::text`,
+);
+
+export async function getTaskByKey(q: Queryable, tenant: string, key: string): Promise<Task | null> {
+  const rows = await q.query<TaskRow>(tasksGetByKey, [tenant, key]);
+  return rows[0] ? taskFromRow(rows[0]) : null;
+}
+
+/**
+ * Cancels a task that has not started: waiting, or claimed (even handed to
+ * the Queue with a delay) but not yet started; the consumer's fenced start
+ * then skips it. Addressed by id or by idempotency key.
+ */
+const tasksCancelIfNotStarted = sql(
+  'tasks_cancel_if_not_started',
+  `update tasks set status = 'cancelled', finished_at = coalesce($1::timestamptz, now()),
+                    lease_expires_at = null, updated_at = coalesce($1::timestamptz, now())
+   where tenant = $2::text
+     and id = coalesce($3::bigint, (select id from tasks where tenant = $2::text and idempotency_key = $4::text))
+     and (status in ('scheduled', 'queued') or (status = 'running' and started_at is null))
+   returning ${TASK_COLUMNS}`,
+);
+
+export async function cancelTask(
+  q: Queryable,
+  p: { now?: Now; tenant: string; id?: string; idempotencyKey?: string },
+): Promise<Task | null> {
+  const rows = await q.query<TaskRow>(tasksCancelIfNotStarted, [at(p.now), p.tenant, p.id ?? null, p.idempotencyKey ?? null]);
+  return rows[0] ? taskFromRow(rows[0]) : null;
+}

@@ -1,0 +1,67 @@
+// The HTTP API (DESIGN §9), built by a factory so tests and the Worker each
+// build their own. Per-invocation dependencies arrive as Hono bindings.
+import { OpenAPIHono } from '@hono/zod-openapi';
+import { bodyLimit } from 'hono/body-limit';
+import type { Config } from '../config.ts';
+import { AppError } from '../errors.ts';
+import type { Registry } from '../handlers/registry.ts';
+import type { Logger } from '../log.ts';
+import { requireTenant } from './auth.ts';
+import type { AppEnv } from './context.ts';
+import { onError } from './errors.ts';
+import { validationHook } from './validation.ts';
+import { registerTaskRoutes } from './routes/tasks.ts';
+
+export interface AppDeps {
+  config: Config;
+  registry: Registry;
+  /** The admin token secret; empty disables admin access. */
+  adminToken: string;
+  log: Logger;
+}
+
+export type App = OpenAPIHono<AppEnv>;
+
+/** Request bodies above this are refused with 413 before they are parsed. */
+export const MAX_BODY_BYTES = 1024 * 1024;
+
+export function createApp(deps: AppDeps): App {
+  const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
+
+  app.use('*', async (c, next) => {
+    const incoming = c.req.header('x-request-id');
+    const requestId = incoming && /^[\w.:-]{1,128}$/.test(incoming) ? incoming : crypto.randomUUID();
+    c.set('requestId', requestId);
+    c.set('log', deps.log.child({ requestId }));
+    await next();
+    c.header('x-request-id', requestId);
+  });
+  app.onError(onError);
+  app.notFound(() => {
+    throw new AppError('not_found', 'no such route');
+  });
+
+  app.get('/healthz', async (c) => {
+    await c.env.db.query('select 1');
+    return c.json({ ok: true });
+  });
+
+  app.use(
+    '/v1/*',
+    bodyLimit({
+      maxSize: MAX_BODY_BYTES,
+      onError: () => {
+        throw new AppError('payload_too_large', `request body is larger than ${MAX_BODY_BYTES} bytes`);
+      },
+    }),
+  );
+  app.use('/v1/tasks', requireTenant(deps.adminToken));
+  app.use('/v1/tasks/*', requireTenant(deps.adminToken));
+  registerTaskRoutes(app, deps);
+
+  app.doc31('/openapi.json', {
+    openapi: '3.1.0',
+    info: { title: 'Edge scheduler API', version: '1' },
+  });
+  return app;
+}

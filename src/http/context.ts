@@ -1,0 +1,26 @@
+// What every request handler can reach: per-invocation dependencies (the
+// database opened for this request, the Queue producer, waitUntil) arrive as
+// Hono's Bindings; what middleware derives (tenant, request id, logger) as
+// Variables.
+import type { Db } from '../db/seam.ts';
+import type { Logger } from '../log.ts';
+import type { TaskSender } from '../sweep/sweep.ts';
+
+export interface Invocation {
+  db: Db;
+  sender: TaskSender;
+  /** Keeps work alive after the response (Workers' ctx.waitUntil). */
+  waitUntil(promise: Promise<unknown>): void;
+  /** Clock override for tests; production leaves it unset. */
+  now?: Date;
+}
+
+export interface AppEnv {
+  Bindings: Invocation;
+  Variables: {
+    requestId: string;
+    log: Logger;
+    /** The tenant every tenant-facing query is scoped by. */
+    tenant: string;
+  };
+}

@@ -1,0 +1,87 @@
+// /v1/tasks: enqueue and read tasks, always scoped to the caller's tenant.
+import { createRoute, z } from '@hono/zod-openapi';
+import { getTask } from '../../db/sql/tasks.ts';
+import { notFound } from '../../errors.ts';
+import { dispatchRunnable } from '../../sweep/sweep.ts';
+import { enqueueTasks, type EnqueueResult } from '../../tasks/enqueue.ts';
+import type { App, AppDeps } from '../app.ts';
+import type { Invocation } from '../context.ts';
+import {
+  ErrorSchema,
+  SpentTaskSchema,
+  TaskCreateSchema,
+  TaskIdParam,
+  TaskSchema,
+  taskJson,
+  toTaskInput,
+} from '../schemas.ts';
+
+const json = <S extends z.ZodType>(schema: S, description: string) => ({
+  content: { 'application/json': { schema } },
+  description,
+});
+const errors = {
+  400: json(ErrorSchema, 'Invalid request; details name each field'),
+  401: json(ErrorSchema, 'Missing or invalid key'),
+};
+
+const createTaskRoute = createRoute({
+  method: 'post',
+  path: '/v1/tasks',
+  summary: 'Enqueue a task',
+  request: { body: { content: { 'application/json': { schema: TaskCreateSchema } }, required: true } },
+  responses: {
+    201: json(TaskSchema, 'Created'),
+    200: json(z.union([TaskSchema, SpentTaskSchema]), 'Idempotency key seen: rescheduled while waiting, or deduplicated once spent'),
+    ...errors,
+    413: json(ErrorSchema, 'Body too large'),
+  },
+});
+
+const getTaskRoute = createRoute({
+  method: 'get',
+  path: '/v1/tasks/{id}',
+  summary: 'Get a task',
+  request: { params: TaskIdParam },
+  responses: { 200: json(TaskSchema, 'The task'), ...errors, 404: json(ErrorSchema, 'No such task for this tenant') },
+});
+
+export function resultJson(r: EnqueueResult) {
+  if (r.task === null) {
+    return { id: r.spent.taskId, status: r.spent.status, idempotencyKey: r.spent.idempotencyKey, deduplicated: true as const, purged: true as const };
+  }
+  return r.outcome === 'deduplicated' ? { ...taskJson(r.task), deduplicated: true } : taskJson(r.task);
+}
+
+/**
+ * Work due now should not wait for the next cron tick: claim and dispatch its
+ * queues after the response, within the request's waitUntil.
+ */
+export function kickDueQueues(deps: AppDeps, inv: Invocation, results: readonly EnqueueResult[], log: AppDeps['log']): void {
+  const queues = [...new Set(results.flatMap((r) => (r.task && r.outcome !== 'deduplicated' && r.task.status === 'queued' ? [r.task.queue] : [])))];
+  if (queues.length === 0) return;
+  inv.waitUntil(
+    dispatchRunnable(
+      { db: inv.db, config: deps.config, sender: inv.sender, log, workerId: `http:${crypto.randomUUID()}` },
+      { now: inv.now, queues },
+    ).catch((error) => log.error('dispatch after enqueue failed; the next sweep will pick it up', { error })),
+  );
+}
+
+export function registerTaskRoutes(app: App, deps: AppDeps): void {
+  app.openapi(createTaskRoute, async (c) => {
+    const body = c.req.valid('json');
+    const [result] = await enqueueTasks({ db: c.env.db, config: deps.config, registry: deps.registry }, c.var.tenant, [toTaskInput(body)], {
+      now: c.env.now,
+      pathOf: () => '',
+    });
+    kickDueQueues(deps, c.env, [result!], c.var.log);
+    return result!.outcome === 'created' ? c.json(resultJson(result!) as never, 201) : c.json(resultJson(result!) as never, 200);
+  });
+
+  app.openapi(getTaskRoute, async (c) => {
+    const task = await getTask(c.env.db, c.var.tenant, c.req.valid('param').id);
+    if (!task) throw notFound('task');
+    return c.json(taskJson(task), 200);
+  });
+}

@@ -1,0 +1,148 @@
+// The API's zod schemas: they validate requests, and the same definitions
+// produce /openapi.json. Nothing about the wire format is described twice.
+import { z } from '@hono/zod-openapi';
+import { TASK_STATUSES, type Task } from '../tasks/model.ts';
+import type { TaskInput } from '../tasks/enqueue.ts';
+
+export const MAX_DELAY_SECONDS = 365 * 86_400;
+
+export const ErrorSchema = z
+  .object({
+    error: z.object({
+      code: z.string().openapi({ example: 'invalid_request' }),
+      message: z.string(),
+      details: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+    }),
+  })
+  .openapi('Error');
+
+export const QueueName = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/, 'letters, digits and _ . : - (at most 64, starting with a letter or digit)')
+  .openapi({ example: 'default' });
+
+export const TaskType = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/, 'letters, digits and _ . : - (at most 128)')
+  .openapi({ example: 'noop' });
+
+const Instant = z.iso.datetime({ offset: true }).openapi({ example: '2026-12-01T09:00:00Z' });
+
+export const TaskCreateSchema = z
+  .strictObject({
+    task: TaskType,
+    payload: z.unknown().optional().openapi({ description: "Checked against the task type's payload schema." }),
+    queue: QueueName.optional(),
+    runAt: Instant.optional().openapi({ description: 'Earliest start (ISO 8601 with a zone). Exclusive with delay.' }),
+    delay: z.number().min(0).max(MAX_DELAY_SECONDS).optional().openapi({ description: 'Seconds from now.' }),
+    idempotencyKey: z.string().min(1).max(256).optional(),
+    maxAttempts: z.int().min(1).max(100).optional(),
+    backoff: z
+      .strictObject({
+        base: z.number().min(0.001).max(86_400).optional(),
+        max: z.number().min(0.001).max(7 * 86_400).optional(),
+      })
+      .optional()
+      .openapi({ description: 'Exponential backoff with full jitter, in seconds.' }),
+    timeout: z.number().min(0.001).max(900).optional().openapi({ description: 'Seconds per attempt.' }),
+    delivery: z.enum(['at_least_once', 'at_most_once']).optional(),
+  })
+  .refine((t) => t.runAt === undefined || t.delay === undefined, {
+    message: 'give runAt or delay, not both',
+    path: ['delay'],
+  })
+  .refine((t) => t.runAt === undefined || (Date.parse(t.runAt) > Date.UTC(2000, 0) && Date.parse(t.runAt) < Date.UTC(2200, 0)), {
+    message: 'must be between the years 2000 and 2200',
+    path: ['runAt'],
+  })
+  .openapi('TaskCreate');
+
+export type TaskCreate = z.infer<typeof TaskCreateSchema>;
+
+export function toTaskInput(body: TaskCreate): TaskInput {
+  return {
+    task: body.task,
+    payload: body.payload,
+    queue: body.queue,
+    runAt: body.runAt !== undefined ? new Date(body.runAt) : undefined,
+    delay: body.delay,
+    idempotencyKey: body.idempotencyKey,
+    maxAttempts: body.maxAttempts,
+    backoff: body.backoff,
+    timeout: body.timeout,
+    delivery: body.delivery,
+  };
+}
+
+const iso = (d: Date | null) => (d === null ? null : d.toISOString());
+
+export const TaskSchema = z
+  .object({
+    id: z.string().openapi({ example: '42' }),
+    task: z.string(),
+    queue: z.string(),
+    status: z.enum(TASK_STATUSES),
+    payload: z.unknown(),
+    runAt: z.string(),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+    dispatchedAt: z.string().nullable(),
+    startedAt: z.string().nullable(),
+    finishedAt: z.string().nullable(),
+    attempts: z.int(),
+    maxAttempts: z.int(),
+    lastError: z.string().nullable(),
+    idempotencyKey: z.string().nullable(),
+    delivery: z.enum(['at_least_once', 'at_most_once']),
+    timeout: z.number().openapi({ description: 'Seconds per attempt.' }),
+    backoff: z.object({ base: z.number(), max: z.number() }),
+    scheduleId: z.string().nullable(),
+    scheduledFor: z.string().nullable(),
+    deduplicated: z.boolean().optional().openapi({ description: 'The idempotency key was already spent.' }),
+  })
+  .openapi('Task');
+
+export type TaskJson = z.infer<typeof TaskSchema>;
+
+export function taskJson(t: Task): TaskJson {
+  return {
+    id: t.id,
+    task: t.task,
+    queue: t.queue,
+    status: t.status,
+    payload: t.payload,
+    runAt: t.runAt.toISOString(),
+    createdAt: t.createdAt.toISOString(),
+    updatedAt: t.updatedAt.toISOString(),
+    dispatchedAt: iso(t.dispatchedAt),
+    startedAt: iso(t.startedAt),
+    finishedAt: iso(t.finishedAt),
+    attempts: t.attempts,
+    maxAttempts: t.maxAttempts,
+    lastError: t.lastError,
+    idempotencyKey: t.idempotencyKey,
+    delivery: t.delivery,
+    timeout: t.timeoutMs / 1000,
+    backoff: { base: t.backoffBaseMs / 1000, max: t.backoffMaxMs / 1000 },
+    scheduleId: t.scheduleId,
+    scheduledFor: iso(t.scheduledFor),
+  };
+}
+
+export const TaskIdParam = z.object({
+  id: z
+    .string()
+    .regex(/^[1-9]\d{0,18}$/, 'a task id (digits)')
+    .openapi({ param: { name: 'id', in: 'path' }, example: '42' }),
+});
+
+/** A spent key whose task row retention has since deleted: what is still known. */
+export const SpentTaskSchema = z
+  .object({
+    id: z.string(),
+    status: z.enum(TASK_STATUSES),
+    idempotencyKey: z.string(),
+    deduplicated: z.literal(true),
+    purged: z.literal(true).openapi({ description: 'The task finished and retention has deleted it.' }),
+  })
+  .openapi('SpentTask');

@@ -1,0 +1,210 @@
+// One sweep (DESIGN §5): reap, promote, claim and dispatch, purge. Every step
+// is a bounded batch in a single statement, and the sweep stops starting new
+// batches when its time budget is spent, so a cut-off invocation leaves only
+// work the next sweep finishes. Any number of sweeps may run at once.
+import type { Config } from '../config.ts';
+import type { Db } from '../db/seam.ts';
+import {
+  claimTasks,
+  listClaimableQueues,
+  markDispatched,
+  promoteDueTasks,
+  purgeFinishedTasks,
+  purgeSpentKeys,
+  reapExpiredLeases,
+  releaseClaims,
+  type ClaimedTask,
+  type LostFence,
+  type ReapCounts,
+} from '../db/sql/tasks.ts';
+import { noFaults, type Faults } from '../faults.ts';
+import type { Logger } from '../log.ts';
+
+/** What a Queue message carries: the task and the epoch it was claimed with. */
+export interface TaskMessage {
+  id: string;
+  epoch: number;
+  /** run_at in epoch milliseconds: the consumer waits out the sub-second rest. */
+  runAt: number;
+}
+
+/** The part of a Cloudflare Queue producer binding the sweep uses. */
+export interface TaskSender {
+  sendBatch(messages: Iterable<{ body: TaskMessage; delaySeconds?: number }>): Promise<unknown>;
+}
+
+export interface SweepDeps {
+  db: Db;
+  config: Config;
+  sender: TaskSender;
+  log: Logger;
+  /** Written to claimed_by: which invocation holds the lease. */
+  workerId: string;
+  faults?: Faults;
+  /** Milliseconds, for the time budget only (never for task times). */
+  elapsed?: () => number;
+}
+
+export interface DispatchCounts {
+  claimed: number;
+  dispatched: number;
+  /** Claims given back because the send failed. */
+  released: number;
+  /** Dispatched marks that lost their fence (reported, not applied). */
+  lost: number;
+}
+
+export interface SweepCounts extends DispatchCounts {
+  reaped: ReapCounts;
+  promoted: number;
+  purged: number;
+  spentKeysPurged: number;
+  /** The budget ran out before every step finished its backlog. */
+  budgetExhausted: boolean;
+}
+
+export function reportLostFences(log: Logger, step: string, lost: readonly LostFence[]): void {
+  for (const l of lost) {
+    log.warn('fenced write lost', {
+      step,
+      taskId: l.id,
+      epoch: l.epoch,
+      currentEpoch: l.currentEpoch,
+      currentStatus: l.currentStatus,
+    });
+  }
+}
+
+/** Claims one batch of a queue, sends it, marks it dispatched. */
+async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts> {
+  const { db, config, log } = deps;
+  const faults = deps.faults ?? noFaults;
+  const claimed: ClaimedTask[] = await claimTasks(db, {
+    now,
+    queue,
+    limit: config.sweepBatchSize,
+    claimedBy: deps.workerId,
+    leaseSeconds: config.claimLeaseSeconds,
+  });
+  const counts: DispatchCounts = { claimed: claimed.length, dispatched: 0, released: 0, lost: 0 };
+  if (claimed.length === 0) return counts;
+  await faults('sweep.after_claim', { queue, ids: claimed.map((c) => c.id) });
+
+  try {
+    await deps.sender.sendBatch(
+      claimed.map((c) => ({
+        body: { id: c.id, epoch: c.epoch, runAt: c.runAt.getTime() },
+        // Rounded down: the consumer waits out the remaining fraction.
+        ...(c.delayMs >= 1000 ? { delaySeconds: Math.floor(c.delayMs / 1000) } : {}),
+      })),
+    );
+  } catch (error) {
+    counts.released = await releaseClaims(db, { now, tasks: claimed });
+    log.error('send to queue failed; claims released', { queue, claimed: claimed.length, released: counts.released, error });
+    throw error;
+  }
+  await faults('sweep.after_send', { queue, ids: claimed.map((c) => c.id) });
+
+  const lost = await markDispatched(db, { now, tasks: claimed, leaseSeconds: config.dispatchLeaseSeconds });
+  reportLostFences(log, 'dispatch', lost);
+  counts.lost = lost.length;
+  counts.dispatched = claimed.length - lost.length;
+  return counts;
+}
+
+/**
+ * Claims and dispatches runnable work of the given queues (all claimable
+ * queues when omitted) until they run dry or `budgetMs` is spent.
+ */
+export async function dispatchRunnable(
+  deps: SweepDeps,
+  options: { now?: Date; queues?: readonly string[]; deadline?: number } = {},
+): Promise<DispatchCounts & { budgetExhausted: boolean }> {
+  const elapsed = deps.elapsed ?? Date.now;
+  const deadline = options.deadline ?? elapsed() + deps.config.sweepTimeBudgetMs;
+  const total = { claimed: 0, dispatched: 0, released: 0, lost: 0, budgetExhausted: false };
+  const queues = options.queues ?? (await listClaimableQueues(deps.db));
+  for (const queue of queues) {
+    for (;;) {
+      if (elapsed() >= deadline) {
+        total.budgetExhausted = true;
+        return total;
+      }
+      const c = await dispatchBatch(deps, queue, options.now);
+      total.claimed += c.claimed;
+      total.dispatched += c.dispatched;
+      total.released += c.released;
+      total.lost += c.lost;
+      if (c.claimed < deps.config.sweepBatchSize) break;
+    }
+  }
+  return total;
+}
+
+/** Repeats a bounded step while it fills its batch and time remains. */
+async function drain(step: () => Promise<number>, batch: number, deadline: number, elapsed: () => number) {
+  let total = 0;
+  for (;;) {
+    if (elapsed() >= deadline) return { total, exhausted: true };
+    const n = await step();
+    total += n;
+    if (n < batch) return { total, exhausted: false };
+  }
+}
+
+export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): Promise<SweepCounts> {
+  const { db, config } = deps;
+  const faults = deps.faults ?? noFaults;
+  const now = options.now;
+  const elapsed = deps.elapsed ?? Date.now;
+  const deadline = elapsed() + config.sweepTimeBudgetMs;
+  let budgetExhausted = false;
+
+  // 1. Reap expired leases.
+  const reaped: ReapCounts = { requeued: 0, retried: 0, dead: 0 };
+  const reap = await drain(
+    async () => {
+      const c = await reapExpiredLeases(db, { now, limit: config.reapBatchSize });
+      reaped.requeued += c.requeued;
+      reaped.retried += c.retried;
+      reaped.dead += c.dead;
+      return c.requeued + c.retried + c.dead;
+    },
+    config.reapBatchSize,
+    deadline,
+    elapsed,
+  );
+  budgetExhausted ||= reap.exhausted;
+  await faults('sweep.after_reap');
+
+  // 3. Promote due scheduled tasks (look-ahead included).
+  const promote = await drain(
+    () => promoteDueTasks(db, { now, lookaheadSeconds: config.lookaheadSeconds, limit: config.promoteBatchSize }),
+    config.promoteBatchSize,
+    deadline,
+    elapsed,
+  );
+  budgetExhausted ||= promote.exhausted;
+  await faults('sweep.after_promote');
+
+  // 4. Claim and dispatch, per queue, lowest vtime first.
+  const dispatched = await dispatchRunnable(deps, { now, deadline });
+  budgetExhausted ||= dispatched.budgetExhausted;
+
+  // 5. Purge one bounded batch of expired history per tick.
+  let purged = 0;
+  let spentKeysPurged = 0;
+  if (elapsed() < deadline) {
+    purged = await purgeFinishedTasks(db, { now, retentionSeconds: config.retentionSeconds, limit: config.purgeBatchSize });
+    if (config.spentKeyRetentionSeconds > 0) {
+      spentKeysPurged = await purgeSpentKeys(db, {
+        now,
+        retentionSeconds: config.spentKeyRetentionSeconds,
+        limit: config.purgeBatchSize,
+      });
+    }
+  } else budgetExhausted = true;
+
+  const { budgetExhausted: _, ...dispatchCounts } = dispatched;
+  return { reaped, promoted: promote.total, ...dispatchCounts, purged, spentKeysPurged, budgetExhausted };
+}

@@ -1,0 +1,130 @@
+// Enqueue: one statement for a whole batch, whatever its size.
+import type { Config } from '../config.ts';
+import type { Db } from '../db/seam.ts';
+import { findSpentKeys, insertTasks, type NewTask, type SpentKey } from '../db/sql/tasks.ts';
+import { AppError, invalid, type ErrorDetail } from '../errors.ts';
+import type { Registry } from '../handlers/registry.ts';
+import type { Delivery, Task } from './model.ts';
+
+/** A task as a caller asks for it (already shape-checked by the API schema). */
+export interface TaskInput {
+  task: string;
+  payload?: unknown;
+  queue?: string;
+  /** Absolute earliest start. */
+  runAt?: Date;
+  /** Seconds from now (the database's clock); exclusive with runAt. */
+  delay?: number;
+  idempotencyKey?: string;
+  maxAttempts?: number;
+  /** Seconds. */
+  backoff?: { base?: number; max?: number };
+  /** Seconds. */
+  timeout?: number;
+  delivery?: Delivery;
+}
+
+export type EnqueueResult =
+  | { outcome: 'created' | 'rescheduled' | 'deduplicated'; task: Task }
+  /** The key's task was spent and retention has deleted it since. */
+  | { outcome: 'deduplicated'; task: null; spent: SpentKey };
+
+export interface EnqueueDeps {
+  db: Db;
+  config: Config;
+  registry: Registry;
+}
+
+/** Races that the statement loses to a concurrent one and wins on a second run. */
+const RETRYABLE = new Set(['TQ001', '40P01', '40001']);
+const MAX_RUNS = 3;
+
+function toNewTask(input: TaskInput, config: Config, payload: unknown): NewTask {
+  const baseMs = input.backoff?.base !== undefined ? Math.round(input.backoff.base * 1000) : config.defaultBackoffBaseMs;
+  const maxMs = input.backoff?.max !== undefined ? Math.round(input.backoff.max * 1000) : Math.max(config.defaultBackoffMaxMs, baseMs);
+  return {
+    queue: input.queue ?? 'default',
+    task: input.task,
+    payload,
+    runAt: input.runAt ?? null,
+    delayMs: input.runAt ? null : Math.round((input.delay ?? 0) * 1000),
+    maxAttempts: input.maxAttempts ?? config.defaultMaxAttempts,
+    backoffBaseMs: baseMs,
+    backoffMaxMs: maxMs,
+    timeoutMs: input.timeout !== undefined ? Math.round(input.timeout * 1000) : config.defaultTimeoutMs,
+    delivery: input.delivery ?? 'at_least_once',
+    idempotencyKey: input.idempotencyKey ?? null,
+  };
+}
+
+/**
+ * Validates every payload against its task type (all items, so one answer
+ * names every bad field), then writes the batch in one statement.
+ * `pathOf(i)` names item i in error paths (e.g. `tasks.3`), or '' for one task.
+ */
+export async function enqueueTasks(
+  deps: EnqueueDeps,
+  tenant: string,
+  inputs: readonly TaskInput[],
+  options: { now?: Date; pathOf?: (index: number) => string } = {},
+): Promise<EnqueueResult[]> {
+  const pathOf = options.pathOf ?? ((i: number) => (inputs.length === 1 ? '' : `tasks.${i}`));
+  const details: ErrorDetail[] = [];
+  const rows: NewTask[] = [];
+  const keyOwner = new Map<string, number>();
+  inputs.forEach((input, i) => {
+    const at = (field: string) => [pathOf(i), field].filter(Boolean).join('.');
+    try {
+      const payload = deps.registry.validate(input.task, input.payload ?? {}, pathOf(i));
+      const row = toNewTask(input, deps.config, payload);
+      if (row.backoffMaxMs < row.backoffBaseMs) details.push({ path: at('backoff.max'), message: 'must be at least backoff.base' });
+      rows.push(row);
+    } catch (error) {
+      if (!(error instanceof AppError) || !error.details) throw error;
+      details.push(...error.details);
+    }
+    if (input.idempotencyKey !== undefined) {
+      const first = keyOwner.get(input.idempotencyKey);
+      if (first !== undefined) details.push({ path: at('idempotencyKey'), message: `repeats the key of ${pathOf(first)}` });
+      else keyOwner.set(input.idempotencyKey, i);
+    }
+  });
+  if (details.length > 0) throw invalid(details.length === 1 ? details[0]!.message : 'invalid tasks', details);
+
+  for (let run = 1; ; run++) {
+    try {
+      return await writeBatch(deps, tenant, rows, options.now);
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      if (run >= MAX_RUNS || code === undefined || !RETRYABLE.has(code)) throw error;
+    }
+  }
+}
+
+async function writeBatch(deps: EnqueueDeps, tenant: string, rows: NewTask[], now?: Date): Promise<EnqueueResult[]> {
+  const written = await insertTasks(deps.db, { now, tenant, lookaheadSeconds: deps.config.lookaheadSeconds, tasks: rows });
+
+  // Keyed rows come back by key; unkeyed ones were inserted in input order, so
+  // their ids ascend in that order.
+  const byKey = new Map(written.filter((t) => t.idempotencyKey !== null).map((t) => [t.idempotencyKey!, t]));
+  const unkeyed = written.filter((t) => t.idempotencyKey === null).sort((a, b) => Number(BigInt(a.id) - BigInt(b.id)));
+  const missingKeys = rows.flatMap((r) => (r.idempotencyKey !== null && !byKey.has(r.idempotencyKey) ? [r.idempotencyKey] : []));
+  const spent = new Map(
+    missingKeys.length > 0 ? (await findSpentKeys(deps.db, tenant, missingKeys)).map((s) => [s.idempotencyKey, s]) : [],
+  );
+
+  let next = 0;
+  return rows.map((row): EnqueueResult => {
+    if (row.idempotencyKey === null) return { outcome: 'created', task: unkeyed[next++]! };
+    const task = byKey.get(row.idempotencyKey);
+    if (task) {
+      const { created, ...rest } = task;
+      if (created) return { outcome: 'created', task: rest };
+      const waiting = rest.status === 'scheduled' || rest.status === 'queued';
+      return { outcome: waiting ? 'rescheduled' : 'deduplicated', task: rest };
+    }
+    const record = spent.get(row.idempotencyKey);
+    if (!record) throw new Error(`enqueue: no row came back for idempotency key ${row.idempotencyKey}`);
+    return { outcome: 'deduplicated', task: null, spent: record };
+  });
+}

@@ -1,0 +1,92 @@
+// The task as the core sees it, and the one place its columns are mapped.
+
+export const TASK_STATUSES = ['scheduled', 'queued', 'running', 'succeeded', 'dead', 'cancelled', 'missed'] as const;
+export type TaskStatus = (typeof TASK_STATUSES)[number];
+export const TERMINAL_STATUSES: readonly TaskStatus[] = ['succeeded', 'dead', 'cancelled', 'missed'];
+
+export type Delivery = 'at_least_once' | 'at_most_once';
+
+export interface Task {
+  id: string;
+  tenant: string;
+  queue: string;
+  task: string;
+  payload: unknown;
+  status: TaskStatus;
+  runAt: Date;
+  createdAt: Date;
+  updatedAt: Date;
+  dispatchedAt: Date | null;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+  attempts: number;
+  maxAttempts: number;
+  lastError: string | null;
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+  timeoutMs: number;
+  delivery: Delivery;
+  leaseEpoch: number;
+  idempotencyKey: string | null;
+  scheduleId: string | null;
+  scheduledFor: Date | null;
+}
+
+/** The columns every task-returning statement selects, in `taskFromRow`'s shape. */
+export const TASK_COLUMNS = `id, tenant, queue, task, payload, status, run_at, created_at, updated_at,
+  dispatched_at, started_at, finished_at, attempts, max_attempts, last_error, backoff_base_ms,
+  backoff_max_ms, timeout_ms, delivery, lease_epoch, idempotency_key, schedule_id, scheduled_for`;
+
+export interface TaskRow {
+  id: string;
+  tenant: string;
+  queue: string;
+  task: string;
+  payload: unknown;
+  status: TaskStatus;
+  run_at: Date;
+  created_at: Date;
+  updated_at: Date;
+  dispatched_at: Date | null;
+  started_at: Date | null;
+  finished_at: Date | null;
+  attempts: number;
+  max_attempts: number;
+  last_error: string | null;
+  backoff_base_ms: number;
+  backoff_max_ms: number;
+  timeout_ms: number;
+  delivery: Delivery;
+  lease_epoch: string;
+  idempotency_key: string | null;
+  schedule_id: string | null;
+  scheduled_for: Date | null;
+}
+
+export function taskFromRow(r: TaskRow): Task {
+  return {
+    id: String(r.id),
+    tenant: r.tenant,
+    queue: r.queue,
+    task: r.task,
+    payload: r.payload,
+    status: r.status,
+    runAt: r.run_at,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+    dispatchedAt: r.dispatched_at,
+    startedAt: r.started_at,
+    finishedAt: r.finished_at,
+    attempts: r.attempts,
+    maxAttempts: r.max_attempts,
+    lastError: r.last_error,
+    backoffBaseMs: r.backoff_base_ms,
+    backoffMaxMs: r.backoff_max_ms,
+    timeoutMs: r.timeout_ms,
+    delivery: r.delivery,
+    leaseEpoch: Number(r.lease_epoch),
+    idempotencyKey: r.idempotency_key,
+    scheduleId: r.schedule_id === null ? null : String(r.schedule_id),
+    scheduledFor: r.scheduled_for,
+  };
+}

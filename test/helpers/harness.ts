@@ -1,0 +1,89 @@
+// Wires the core the way the Worker does, over a real database, with the
+// Cloudflare Queue replaced by an in-process list of sent messages (the
+// workerd tests use the real local Queue). Time is passed explicitly.
+import { defaultConfig, type Config } from '../../src/config.ts';
+import { consumeBatch, type ConsumeOutcome } from '../../src/consume/consume.ts';
+import type { Db } from '../../src/db/seam.ts';
+import type { Faults } from '../../src/faults.ts';
+import { noopTask } from '../../src/handlers/noop.ts';
+import { createRegistry, type TaskHandler } from '../../src/handlers/registry.ts';
+import { createLogger, type Logger } from '../../src/log.ts';
+import { sweepOnce, type SweepCounts, type TaskMessage, type TaskSender } from '../../src/sweep/sweep.ts';
+import { enqueueTasks, type EnqueueResult, type TaskInput } from '../../src/tasks/enqueue.ts';
+
+export interface SentMessage {
+  body: TaskMessage;
+  delaySeconds?: number;
+}
+
+/** An in-process stand-in for the Queue producer: records what was sent. */
+export function createOutbox(): TaskSender & { messages: SentMessage[]; take(): SentMessage[] } {
+  const messages: SentMessage[] = [];
+  return {
+    messages,
+    async sendBatch(batch) {
+      for (const m of batch) messages.push({ body: structuredClone(m.body), delaySeconds: m.delaySeconds });
+    },
+    take() {
+      return messages.splice(0, messages.length);
+    },
+  };
+}
+
+export interface LogLine {
+  level: string;
+  msg: string;
+  [k: string]: unknown;
+}
+
+export function captureLogs(): { log: Logger; lines: LogLine[] } {
+  const lines: LogLine[] = [];
+  return { lines, log: createLogger({ level: 'debug', sink: (_l, line) => lines.push(JSON.parse(line) as LogLine) }) };
+}
+
+export interface Harness {
+  db: Db;
+  config: Config;
+  outbox: ReturnType<typeof createOutbox>;
+  logs: LogLine[];
+  enqueue(inputs: TaskInput | TaskInput[], options?: { now?: Date; tenant?: string }): Promise<EnqueueResult[]>;
+  sweep(options?: { now?: Date; faults?: Faults; workerId?: string; sender?: TaskSender }): Promise<SweepCounts>;
+  consume(bodies: unknown[], options?: { now?: Date; faults?: Faults }): Promise<ConsumeOutcome>;
+  /** Sweeps, then consumes everything sent, until nothing is left to send. */
+  drain(options?: { now?: Date; rounds?: number }): Promise<void>;
+}
+
+export function createHarness(
+  db: Db,
+  options: { config?: Partial<Config>; handlers?: TaskHandler<never>[] } = {},
+): Harness {
+  const config: Config = { ...defaultConfig, ...options.config };
+  const registry = createRegistry([noopTask, ...(options.handlers ?? [])]);
+  const outbox = createOutbox();
+  const { log, lines } = captureLogs();
+  let sweeps = 0;
+  const h: Harness = {
+    db,
+    config,
+    outbox,
+    logs: lines,
+    enqueue: (inputs, o = {}) =>
+      enqueueTasks({ db, config, registry }, o.tenant ?? 'acme', Array.isArray(inputs) ? inputs : [inputs], { now: o.now }),
+    sweep: (o = {}) =>
+      sweepOnce(
+        { db, config, sender: o.sender ?? outbox, log, workerId: o.workerId ?? `test-sweep-${++sweeps}`, faults: o.faults },
+        { now: o.now },
+      ),
+    consume: (bodies, o = {}) =>
+      consumeBatch({ db, config, registry, log, faults: o.faults, sleep: async () => {} }, bodies, { now: o.now }),
+    async drain(o = {}) {
+      for (let i = 0; i < (o.rounds ?? 20); i++) {
+        await h.sweep({ now: o.now });
+        const sent = outbox.take();
+        if (sent.length === 0) return;
+        await h.consume(sent.map((m) => m.body), { now: o.now });
+      }
+    },
+  };
+  return h;
+}

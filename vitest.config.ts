@@ -1,0 +1,50 @@
+// Two projects over one real Postgres (embedded, or DATABASE_URL's server):
+//   node    - the core in Node, through the same Neon driver and WebSocket
+//             proxy as the Worker; each test file gets its own database.
+//   workers - the Worker's three handlers inside workerd (Cloudflare's vitest
+//             plugin, real local Queues), sharing one database.
+// The root global setup starts Postgres and the proxy once and provides their
+// addresses to both projects.
+import { cloudflareTest } from '@cloudflare/vitest-plugin';
+import { defineConfig } from 'vitest/config';
+
+export const TEST_ADMIN_TOKEN = 'test-admin-token';
+
+export default defineConfig({
+  test: {
+    globalSetup: ['./test/setup/global.ts'],
+    projects: [
+      {
+        test: {
+          name: 'node',
+          environment: 'node',
+          include: ['test/**/*.test.ts'],
+          exclude: ['test/worker/**'],
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+        },
+      },
+      {
+        plugins: [
+          cloudflareTest(({ inject }) => ({
+            wrangler: { configPath: './wrangler.toml' },
+            miniflare: {
+              bindings: {
+                DATABASE_URL: inject<string>('workerDatabaseUrl'),
+                DATABASE_WS_PROXY: inject<string>('wsProxy'),
+                ADMIN_TOKEN: TEST_ADMIN_TOKEN,
+                ALLOW_PRIVATE_TARGETS: 'true',
+              },
+            },
+          })),
+        ],
+        test: {
+          name: 'workers',
+          include: ['test/worker/**/*.test.ts'],
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+        },
+      },
+    ],
+  },
+});
