@@ -3,7 +3,7 @@ import { sweepOnce } from '../src/sweep/sweep.ts';
 import { invocationId, openDb, sharedFor } from './deps.ts';
 import type { Env } from './env.ts';
 
-export async function handleScheduled(controller: ScheduledController, env: Env): Promise<void> {
+export async function handleScheduled(controller: ScheduledController, env: Env, _ctx: ExecutionContext): Promise<void> {
   const { config, log } = sharedFor(env);
   const db = openDb(env);
   const workerId = invocationId('cron');

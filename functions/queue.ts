@@ -8,7 +8,7 @@ import type { Env } from './env.ts';
 /** A batch the database could not take is redelivered after this delay. */
 const RETRY_DELAY_SECONDS = 10;
 
-export async function handleQueue(batch: MessageBatch<TaskMessage>, env: Env): Promise<void> {
+export async function handleQueue(batch: MessageBatch<TaskMessage>, env: Env, _ctx: ExecutionContext): Promise<void> {
   const { config, registry, log } = sharedFor(env);
   const db = openDb(env);
   try {

@@ -64,11 +64,14 @@ export interface Registry {
   validate(type: string, payload: unknown, pathPrefix?: string): unknown;
 }
 
+/** Flattens zod issues into field paths; an unknown key is named as its own path. */
 export function zodDetails(issues: readonly z.core.$ZodIssue[], pathPrefix: string): ErrorDetail[] {
-  return issues.map((i) => ({
-    path: [pathPrefix, ...i.path.map(String)].filter((s) => s !== '').join('.'),
-    message: i.message,
-  }));
+  const join = (path: readonly PropertyKey[]) => [pathPrefix, ...path.map(String)].filter((s) => s !== '').join('.');
+  return issues.flatMap((i) =>
+    i.code === 'unrecognized_keys'
+      ? i.keys.map((k) => ({ path: join([...i.path, k]), message: 'unknown field' }))
+      : [{ path: join(i.path), message: i.message }],
+  );
 }
 
 export function createRegistry(handlers: readonly TaskHandler<never>[]): Registry {

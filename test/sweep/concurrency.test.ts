@@ -1,0 +1,46 @@
+// Overlapping sweeps (two cron ticks, a manual tick, the HTTP kick) must
+// split the work, never duplicate it: SKIP LOCKED and the fenced marks.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Db } from '../../src/db/seam.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { createHarness } from '../helpers/harness.ts';
+
+let t: TestDatabase;
+let other: Db;
+beforeAll(async () => {
+  t = await createTestDatabase();
+  other = await t.open();
+});
+afterAll(() => t.close());
+
+describe('concurrent sweeps', () => {
+  it('two sweeps at the same moment over 1,000 due tasks dispatch every task exactly once', async () => {
+    const now = new Date('2026-12-01T12:00:00Z');
+    const a = createHarness(t.db, { config: { sweepBatchSize: 50 } });
+    const b = createHarness(other, { config: { sweepBatchSize: 50 } });
+    // Scheduled in the past, so both sweeps also race on promotion.
+    const inputs = Array.from({ length: 1000 }, (_, i) => ({ task: 'noop', payload: { i }, runAt: new Date(now.getTime() - 60_000 + i) }));
+    await a.enqueue(inputs, { now: new Date(now.getTime() - 3_600_000) });
+
+    const [ca, cb] = await Promise.all([a.sweep({ now, workerId: 'sweep-a' }), b.sweep({ now, workerId: 'sweep-b' })]);
+    expect(ca.promoted + cb.promoted).toBe(1000);
+    expect(ca.claimed + cb.claimed).toBe(1000);
+    expect(ca.dispatched + cb.dispatched).toBe(1000);
+    expect(ca.lost + cb.lost).toBe(0);
+
+    const sent = [...a.outbox.take(), ...b.outbox.take()].map((m) => m.body.id);
+    expect(sent).toHaveLength(1000);
+    expect(new Set(sent).size).toBe(1000);
+
+    const rows = await t.db.query<{ status: string; lease_epoch: string; n: number; dispatched: number }>(
+      `select status, lease_epoch, count(*)::int as n, count(dispatched_at)::int as dispatched
+       from tasks group by status, lease_epoch`,
+    );
+    expect(rows).toEqual([{ status: 'running', lease_epoch: '1', n: 1000, dispatched: 1000 }]);
+    // The append-only log shows one claim per task.
+    const claims = await t.db.query<{ n: number }>(
+      `select count(*)::int as n from task_events where from_status = 'queued' and to_status = 'running'`,
+    );
+    expect(claims[0]!.n).toBe(1000);
+  });
+});

@@ -1,0 +1,78 @@
+// The walking skeleton in Node: enqueue, sweep, consume, succeeded.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { getTask } from '../../src/db/sql/tasks.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { createHarness, type Harness } from '../helpers/harness.ts';
+
+let t: TestDatabase;
+let h: Harness;
+beforeAll(async () => {
+  t = await createTestDatabase();
+});
+afterAll(() => t.close());
+beforeEach(async () => {
+  await t.db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events restart identity');
+  h = createHarness(t.db);
+});
+
+describe('enqueue → sweep → consume', () => {
+  it('runs a task due now to succeeded, one statement per step', async () => {
+    const [r] = await h.enqueue({ task: 'noop', payload: { hello: 'world' } });
+    expect(r!.outcome).toBe('created');
+    expect(r!.task!.status).toBe('queued');
+
+    const counts = await h.sweep();
+    expect(counts.claimed).toBe(1);
+    expect(counts.dispatched).toBe(1);
+    const sent = h.outbox.take();
+    expect(sent).toHaveLength(1);
+    expect(sent[0]!.body).toMatchObject({ id: r!.task!.id, epoch: 1 });
+    expect(sent[0]!.delaySeconds).toBeUndefined();
+
+    const running = await getTask(t.db, 'acme', r!.task!.id);
+    expect(running!.status).toBe('running');
+    expect(running!.dispatchedAt).not.toBeNull();
+    expect(running!.attempts).toBe(1);
+
+    const out = await h.consume(sent.map((m) => m.body));
+    expect(out.verdicts).toEqual(['ack']);
+    expect(out.results).toEqual([{ id: r!.task!.id, outcome: 'succeeded', status: 'succeeded' }]);
+
+    const done = await getTask(t.db, 'acme', r!.task!.id);
+    expect(done!.status).toBe('succeeded');
+    expect(done!.finishedAt).not.toBeNull();
+    expect(done!.startedAt).not.toBeNull();
+    expect(done!.payload).toEqual({ hello: 'world' });
+  });
+
+  it('keeps a future task scheduled until it is within the look-ahead, then sends it with a delay', async () => {
+    const now = new Date('2026-12-01T12:00:00.000Z');
+    const [r] = await h.enqueue({ task: 'noop', runAt: new Date('2026-12-01T12:05:37.250Z') }, { now });
+    expect(r!.task!.status).toBe('scheduled');
+
+    expect((await h.sweep({ now })).claimed).toBe(0);
+    expect(h.outbox.take()).toEqual([]);
+
+    const later = new Date('2026-12-01T12:05:00.000Z');
+    const counts = await h.sweep({ now: later });
+    expect(counts.promoted).toBe(1);
+    expect(counts.claimed).toBe(1);
+    const [m] = h.outbox.take();
+    // 37.25 s ahead: rounded down to whole seconds, the consumer waits out the rest.
+    expect(m!.delaySeconds).toBe(37);
+    expect(m!.body.runAt).toBe(Date.parse('2026-12-01T12:05:37.250Z'));
+
+    const out = await h.consume([m!.body], { now: new Date('2026-12-01T12:05:37.000Z') });
+    expect(out.results[0]!.status).toBe('succeeded');
+    const done = await getTask(t.db, 'acme', r!.task!.id);
+    // Started on its due millisecond, not when the message arrived.
+    expect(done!.startedAt!.toISOString()).toBe('2026-12-01T12:05:37.250Z');
+  });
+
+  it('delay is counted from the database clock', async () => {
+    const now = new Date('2026-12-01T12:00:00.000Z');
+    const [r] = await h.enqueue({ task: 'noop', delay: 600 }, { now });
+    expect(r!.task!.runAt.toISOString()).toBe('2026-12-01T12:10:00.000Z');
+    expect(r!.task!.status).toBe('scheduled');
+  });
+});

@@ -1,0 +1,10 @@
+// Types for `cloudflare:workers` inside the workerd tests.
+declare namespace Cloudflare {
+  interface GlobalProps {
+    mainModule: typeof import('../../functions/index.ts');
+  }
+  interface Env extends Omit<import('../../functions/env.ts').Env, never> {
+    DATABASE_URL: string;
+    DATABASE_WS_PROXY: string;
+  }
+}
