@@ -100,8 +100,10 @@ describe('the Worker, end to end', () => {
       expect(r.body.error.code, body).toBe('invalid_request');
       expect(r.body.error.details.map((d: { path: string }) => d.path), body).toContain(field);
     }
-    const list = await api('/v1/tasks/1', { headers: { 'x-tenant': tenant } });
-    expect(list.status).toBe(404);
+    const db = createNeonDb({ connectionString: env.DATABASE_URL, wsProxy: env.DATABASE_WS_PROXY });
+    const stored = await db.query<{ n: number }>('select count(*)::int as n from tasks where tenant = $1::text', [tenant]);
+    await db.close();
+    expect(stored[0]!.n).toBe(0);
   });
 
   it('refuses a missing or wrong token with 401', async () => {

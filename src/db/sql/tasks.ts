@@ -679,7 +679,7 @@ const tasksCancelIfNotStarted = sql(
    returning ${TASK_COLUMNS}`,
 );
 
-export async function cancelTask(
+export async function cancelTaskIfNotStarted(
   q: Queryable,
   p: { now?: Now; tenant: string; id?: string; idempotencyKey?: string },
 ): Promise<Task | null> {

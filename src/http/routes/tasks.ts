@@ -3,6 +3,7 @@ import { createRoute, z } from '@hono/zod-openapi';
 import { getTask } from '../../db/sql/tasks.ts';
 import { notFound } from '../../errors.ts';
 import { dispatchRunnable } from '../../sweep/sweep.ts';
+import { cancelTask } from '../../tasks/cancel.ts';
 import { enqueueTasks, type EnqueueResult } from '../../tasks/enqueue.ts';
 import type { App, AppDeps } from '../app.ts';
 import type { Invocation } from '../context.ts';
@@ -25,6 +26,7 @@ const errors = {
   401: json(ErrorSchema, 'Missing or invalid key'),
 };
 
+
 const createTaskRoute = createRoute({
   method: 'post',
   path: '/v1/tasks',
@@ -44,6 +46,32 @@ const getTaskRoute = createRoute({
   summary: 'Get a task',
   request: { params: TaskIdParam },
   responses: { 200: json(TaskSchema, 'The task'), ...errors, 404: json(ErrorSchema, 'No such task for this tenant') },
+});
+
+const cancelTaskRoute = createRoute({
+  method: 'delete',
+  path: '/v1/tasks/{id}',
+  summary: 'Cancel a task that has not started',
+  request: { params: TaskIdParam },
+  responses: {
+    200: json(TaskSchema, 'Cancelled (or already cancelled)'),
+    ...errors,
+    404: json(ErrorSchema, 'No such task for this tenant'),
+    409: json(ErrorSchema, 'The task has started or finished'),
+  },
+});
+
+const cancelTaskByKeyRoute = createRoute({
+  method: 'delete',
+  path: '/v1/tasks/by-key/{idempotencyKey}',
+  summary: 'Cancel a task by its idempotency key',
+  request: { params: z.object({ idempotencyKey: z.string().min(1).max(256).openapi({ param: { name: 'idempotencyKey', in: 'path' } }) }) },
+  responses: {
+    200: json(TaskSchema, 'Cancelled (or already cancelled)'),
+    ...errors,
+    404: json(ErrorSchema, 'No task with this key for this tenant'),
+    409: json(ErrorSchema, 'The task has started or finished'),
+  },
 });
 
 export function resultJson(r: EnqueueResult) {
@@ -77,6 +105,16 @@ export function registerTaskRoutes(app: App, deps: AppDeps): void {
     });
     kickDueQueues(deps, c.env, [result!], c.var.log);
     return result!.outcome === 'created' ? c.json(resultJson(result!) as never, 201) : c.json(resultJson(result!) as never, 200);
+  });
+
+  app.openapi(cancelTaskRoute, async (c) => {
+    const task = await cancelTask(c.env.db, c.var.tenant, { id: c.req.valid('param').id }, c.env.now);
+    return c.json(taskJson(task), 200);
+  });
+
+  app.openapi(cancelTaskByKeyRoute, async (c) => {
+    const task = await cancelTask(c.env.db, c.var.tenant, { idempotencyKey: c.req.valid('param').idempotencyKey }, c.env.now);
+    return c.json(taskJson(task), 200);
   });
 
   app.openapi(getTaskRoute, async (c) => {
