@@ -1,0 +1,198 @@
+// A cut at every step boundary of the sweep and the consumer (RELIABILITY
+// S1, S2, S3, S15): the task still reaches a terminal state, with the attempt
+// count the rules say, and never runs twice where that is promised.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { getTask } from '../../src/db/sql/tasks.ts';
+import { defineTask } from '../../src/handlers/registry.ts';
+import type { TaskInput } from '../../src/tasks/enqueue.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { Crash, crashAt } from '../helpers/faults.ts';
+import { createHarness, type Harness } from '../helpers/harness.ts';
+import { expectNoLoss, expectOneCompletion } from '../helpers/invariants.ts';
+
+const T0 = new Date('2026-12-01T12:00:00.000Z');
+const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
+
+let t: TestDatabase;
+let h: Harness;
+const runs = new Map<string, number>();
+const countTask = defineTask('count', z.object({}).default({}), async (_p, ctx) => {
+  runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1);
+});
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+});
+afterAll(() => t.close());
+beforeEach(async () => {
+  await t.db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events restart identity');
+  runs.clear();
+  h = createHarness(t.db, { handlers: [countTask] });
+});
+
+async function enqueue(input: Partial<TaskInput> = {}) {
+  const [r] = await h.enqueue({ task: 'count', ...input }, { now: T0 });
+  return r!.task!.id;
+}
+const task = (id: string) => getTask(t.db, 'acme', id);
+
+describe('cut off in the sweep', () => {
+  it('S1 after the claim, before the send: the reaper gives the claim back without spending an attempt', async () => {
+    const id = await enqueue();
+    await expect(h.sweep({ now: T0, faults: crashAt('sweep.after_claim') })).rejects.toThrow(Crash);
+    expect(h.outbox.messages).toEqual([]);
+    expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 1, dispatchedAt: null });
+
+    // Within the claim lease nothing happens to it.
+    const early = await h.sweep({ now: at(30) });
+    expect(early.reaped.requeued + early.claimed).toBe(0);
+
+    const later = await h.sweep({ now: at(61) });
+    expect(later.reaped.requeued).toBe(1);
+    expect(later.claimed).toBe(1);
+    expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 2 });
+
+    await h.consume(h.outbox.take().map((m) => m.body), { now: at(61) });
+    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 1, leaseEpoch: 2 });
+    expect(runs.get(id)).toBe(1);
+    await expectNoLoss(t.db, at(61));
+    await expectOneCompletion(t.db);
+  });
+
+  it('S2 after the send, before the dispatched mark: a delivered message still runs, once', async () => {
+    const id = await enqueue();
+    await expect(h.sweep({ now: T0, faults: crashAt('sweep.after_send') })).rejects.toThrow(Crash);
+    const sent = h.outbox.take();
+    expect(sent).toHaveLength(1);
+    expect(await task(id)).toMatchObject({ status: 'running', dispatchedAt: null });
+
+    await h.consume(sent.map((m) => m.body), { now: at(1) });
+    const done = await task(id);
+    expect(done).toMatchObject({ status: 'succeeded', attempts: 1, leaseEpoch: 1 });
+    expect(done!.dispatchedAt).not.toBeNull(); // the fenced start records the hand-off
+    expect((await h.sweep({ now: at(3600) })).reaped).toEqual({ requeued: 0, retried: 0, dead: 0 });
+    expect(runs.get(id)).toBe(1);
+  });
+
+  it('S2 with the message lost: re-claimed under a new epoch; the old message arriving late is skipped', async () => {
+    const id = await enqueue();
+    await expect(h.sweep({ now: T0, faults: crashAt('sweep.after_send') })).rejects.toThrow(Crash);
+    const [lost] = h.outbox.take();
+
+    const later = await h.sweep({ now: at(61) });
+    expect(later.reaped.requeued).toBe(1);
+    const [fresh] = h.outbox.take();
+    expect(fresh!.body.epoch).toBe(2);
+
+    const stale = await h.consume([lost!.body], { now: at(62) });
+    expect(stale.verdicts).toEqual(['ack']);
+    expect(stale.results).toEqual([]);
+    expect(runs.get(id)).toBeUndefined();
+
+    await h.consume([fresh!.body], { now: at(62) });
+    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 1, leaseEpoch: 2 });
+    expect(runs.get(id)).toBe(1);
+  });
+
+  it('S15 the Queue refuses the batch: the claims are given back at once and the next sweep sends them', async () => {
+    const ids = await Promise.all([enqueue(), enqueue(), enqueue()]);
+    const failing = { sendBatch: async () => Promise.reject(new Error('queue unavailable')) };
+    await expect(h.sweep({ now: T0, sender: failing })).rejects.toThrow('queue unavailable');
+    for (const id of ids) expect(await task(id)).toMatchObject({ status: 'queued', attempts: 0, leaseEpoch: 1 });
+
+    const next = await h.sweep({ now: at(1) });
+    expect(next.claimed).toBe(3);
+    expect(next.dispatched).toBe(3);
+    for (const id of ids) expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 2 });
+  });
+});
+
+describe('cut off in the consumer', () => {
+  it('after the start, before the handlers: the attempt counts as failed and the task retries', async () => {
+    const id = await enqueue();
+    await h.sweep({ now: T0 });
+    const [m] = h.outbox.take();
+    await expect(h.consume([m!.body], { now: T0, faults: crashAt('consume.after_start') })).rejects.toThrow(Crash);
+    expect(runs.get(id)).toBeUndefined();
+
+    // The Queue redelivers the unacknowledged message: already started, skipped.
+    const again = await h.consume([m!.body], { now: at(1) });
+    expect(again.verdicts).toEqual(['ack']);
+    expect(again.results).toEqual([]);
+
+    // Timeout 30 s + grace 30 s later the reaper counts the attempt; its
+    // backoff (at most 1 s) is within the look-ahead, so the same sweep
+    // claims the retry under a new epoch.
+    const reap = await h.sweep({ now: at(61) });
+    expect(reap.reaped.retried).toBe(1);
+    const retry = await task(id);
+    expect(retry).toMatchObject({ status: 'running', attempts: 2, leaseEpoch: 2 });
+    expect(retry!.lastError).toMatch(/lease expired/);
+
+    await h.drain({ now: at(120) });
+    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 2, leaseEpoch: 2 });
+    expect(runs.get(id)).toBe(1);
+  });
+
+  it('S3 after the side effect, before the finish: at-least-once runs it again under a new epoch', async () => {
+    const id = await enqueue();
+    await h.sweep({ now: T0 });
+    const [m] = h.outbox.take();
+    await expect(h.consume([m!.body], { now: T0, faults: crashAt('consume.after_handlers') })).rejects.toThrow(Crash);
+    expect(runs.get(id)).toBe(1);
+    expect(await task(id)).toMatchObject({ status: 'running', attempts: 1 });
+
+    await h.consume([m!.body], { now: at(1) }); // redelivery: skipped
+    expect(runs.get(id)).toBe(1);
+
+    await h.sweep({ now: at(61) });
+    await h.drain({ now: at(120) });
+    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 2, leaseEpoch: 2 });
+    expect(runs.get(id)).toBe(2);
+    await expectOneCompletion(t.db);
+  });
+
+  it('S3 under at_most_once: the vanished consumer is never replaced, the task is finished as dead', async () => {
+    const id = await enqueue({ delivery: 'at_most_once' });
+    await h.sweep({ now: T0 });
+    const [m] = h.outbox.take();
+    await expect(h.consume([m!.body], { now: T0, faults: crashAt('consume.after_handlers') })).rejects.toThrow(Crash);
+
+    const reap = await h.sweep({ now: at(61) });
+    expect(reap.reaped.dead).toBe(1);
+    const dead = await task(id);
+    expect(dead).toMatchObject({ status: 'dead', attempts: 1 });
+    expect(dead!.lastError).toMatch(/at_most_once/);
+
+    await h.drain({ now: at(3600) });
+    await h.consume([m!.body], { now: at(3600) });
+    expect(runs.get(id)).toBe(1);
+    expect(h.outbox.messages).toEqual([]);
+  });
+
+  it('at_most_once dispatched but never started (the message was lost): finished, never sent again', async () => {
+    const id = await enqueue({ delivery: 'at_most_once' });
+    await h.sweep({ now: T0 });
+    h.outbox.take(); // lost in transit
+    const reap = await h.sweep({ now: at(901) }); // past the dispatch lease
+    expect(reap.reaped.dead).toBe(1);
+    expect(await task(id)).toMatchObject({ status: 'dead', attempts: 1 });
+    expect(h.outbox.messages).toEqual([]);
+    expect(runs.get(id)).toBeUndefined();
+  });
+
+  it('after the finish, before the acknowledgement: the redelivered message changes nothing', async () => {
+    const id = await enqueue();
+    await h.sweep({ now: T0 });
+    const [m] = h.outbox.take();
+    await expect(h.consume([m!.body], { now: T0, faults: crashAt('consume.after_finish') })).rejects.toThrow(Crash);
+    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 1 });
+
+    const again = await h.consume([m!.body], { now: at(1) });
+    expect(again.verdicts).toEqual(['ack']);
+    expect(again.results).toEqual([]);
+    expect(runs.get(id)).toBe(1);
+    await expectOneCompletion(t.db);
+  });
+});

@@ -1,0 +1,111 @@
+// Idempotency keys: a waiting task is rescheduled, a spent key returns the
+// existing task and is never resurrected — not even after retention deleted
+// the row — and concurrent enqueues with one key create one task (S14).
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { getTask } from '../../src/db/sql/tasks.ts';
+import type { Db } from '../../src/db/seam.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { createHarness, type Harness } from '../helpers/harness.ts';
+
+const T0 = new Date('2026-12-01T12:00:00.000Z');
+const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
+let t: TestDatabase;
+let h: Harness;
+let pool: Db[] = [];
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+  pool = await Promise.all(Array.from({ length: 4 }, () => t.open({ maxConnections: 5 })));
+});
+afterAll(() => t.close());
+beforeEach(async () => {
+  await t.db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events restart identity');
+  h = createHarness(t.db);
+});
+
+describe('idempotency keys', () => {
+  it('while the task waits, the same key reschedules it with the new run time and payload', async () => {
+    const [a] = await h.enqueue({ task: 'noop', idempotencyKey: 'k1', payload: { v: 1 }, delay: 3600 }, { now: T0 });
+    expect(a!.outcome).toBe('created');
+    const [b] = await h.enqueue({ task: 'noop', idempotencyKey: 'k1', payload: { v: 2 }, delay: 7200 }, { now: at(10) });
+    expect(b!.outcome).toBe('rescheduled');
+    expect(b!.task!.id).toBe(a!.task!.id);
+    expect(b!.task!.payload).toEqual({ v: 2 });
+    expect(b!.task!.runAt.toISOString()).toBe(at(7210).toISOString());
+    expect(b!.task!.status).toBe('scheduled');
+
+    // Rescheduled to now: it becomes runnable and gets a vtime.
+    const [c] = await h.enqueue({ task: 'noop', idempotencyKey: 'k1', payload: { v: 3 } }, { now: at(20) });
+    expect(c!.outcome).toBe('rescheduled');
+    expect(c!.task!.status).toBe('queued');
+    const count = await t.db.query<{ n: number }>('select count(*)::int as n from tasks');
+    expect(count[0]!.n).toBe(1);
+  });
+
+  it('once the task has started, the key is spent: the existing task comes back, deduplicated', async () => {
+    const [a] = await h.enqueue({ task: 'noop', idempotencyKey: 'k2', payload: { v: 1 } }, { now: T0 });
+    await h.drain({ now: T0 });
+    const [b] = await h.enqueue({ task: 'noop', idempotencyKey: 'k2', payload: { v: 2 } }, { now: at(5) });
+    expect(b!.outcome).toBe('deduplicated');
+    expect(b!.task!.id).toBe(a!.task!.id);
+    expect(b!.task!.status).toBe('succeeded');
+    expect(b!.task!.payload).toEqual({ v: 1 });
+    // Running counts as spent too.
+    const [c] = await h.enqueue({ task: 'noop', idempotencyKey: 'k3' }, { now: T0 });
+    await h.sweep({ now: T0 });
+    const [d] = await h.enqueue({ task: 'noop', idempotencyKey: 'k3', delay: 60 }, { now: at(1) });
+    expect(d!.outcome).toBe('deduplicated');
+    expect(d!.task).toMatchObject({ id: c!.task!.id, status: 'running' });
+  });
+
+  it('a spent key stays spent after retention deleted its task', async () => {
+    const [a] = await h.enqueue({ task: 'noop', idempotencyKey: 'k4' }, { now: T0 });
+    await h.drain({ now: T0 });
+    const later = at(8 * 86_400);
+    const swept = await h.sweep({ now: later });
+    expect(swept.purged).toBe(1);
+    expect(await getTask(t.db, 'acme', a!.task!.id)).toBeNull();
+
+    const [b] = await h.enqueue({ task: 'noop', idempotencyKey: 'k4' }, { now: later });
+    expect(b).toMatchObject({ outcome: 'deduplicated', task: null, spent: { taskId: a!.task!.id, status: 'succeeded' } });
+    const count = await t.db.query<{ n: number }>('select count(*)::int as n from tasks');
+    expect(count[0]!.n).toBe(0);
+    // Another tenant's identical key is independent.
+    const [c] = await h.enqueue({ task: 'noop', idempotencyKey: 'k4' }, { now: later, tenant: 'other' });
+    expect(c!.outcome).toBe('created');
+  });
+
+  it('the database itself refuses a row that would resurrect a spent key (the purge race)', async () => {
+    await t.db.query(
+      `insert into spent_idempotency_keys (tenant, idempotency_key, task_id, status) values ('acme', 'k5', 1, 'succeeded')`,
+    );
+    await expect(
+      t.db.query(
+        `insert into tasks (tenant, task, status, run_at, idempotency_key) values ('acme', 'noop', 'scheduled', now(), 'k5')`,
+      ),
+    ).rejects.toMatchObject({ code: 'TQ001' });
+  });
+
+  it('20 concurrent enqueues with one key create one task', async () => {
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        createHarness(pool[i % pool.length]!).enqueue({ task: 'noop', idempotencyKey: 'race', payload: { i }, delay: 60 }, { now: T0 }),
+      ),
+    );
+    const ids = new Set(results.map(([r]) => r!.task!.id));
+    expect(ids.size).toBe(1);
+    expect(results.filter(([r]) => r!.outcome === 'created')).toHaveLength(1);
+    expect(results.filter(([r]) => r!.outcome === 'rescheduled')).toHaveLength(19);
+    const count = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where idempotency_key = 'race'`);
+    expect(count[0]!.n).toBe(1);
+  });
+
+  it('a batch may not use one key twice', async () => {
+    await expect(
+      h.enqueue([
+        { task: 'noop', idempotencyKey: 'dup' },
+        { task: 'noop', idempotencyKey: 'dup' },
+      ]),
+    ).rejects.toMatchObject({ code: 'invalid_request', details: [{ path: 'tasks.1.idempotencyKey' }] });
+  });
+});
