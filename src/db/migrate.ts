@@ -7,6 +7,7 @@
 // silently diverging from the databases that ran the original.
 import type { Db } from './seam.ts';
 import { sql } from './seam.ts';
+import { sha256Hex } from '../crypto.ts';
 
 export interface Migration {
   /** File name, e.g. `0001_data_model.sql`; the order is by name. */
@@ -38,15 +39,11 @@ const insertAppliedMigration = sql(
   `insert into schema_migrations (name, checksum) values ($1::text, $2::text)`,
 );
 
-export async function checksum(text: string): Promise<string> {
-  const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(text));
-  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
-}
 
 export async function migrate(db: Db, migrations: readonly Migration[]): Promise<MigrateResult> {
   const ordered = [...migrations].sort((a, b) => a.name.localeCompare(b.name));
   const sums = new Map<string, string>();
-  for (const m of ordered) sums.set(m.name, await checksum(m.text));
+  for (const m of ordered) sums.set(m.name, await sha256Hex(m.text));
 
   // Creating the table concurrently can race on the catalog; the lock serializes it.
   // Every applied file is verified before anything new is applied.

@@ -6,10 +6,12 @@ import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import type { Logger } from '../log.ts';
-import { requireTenant } from './auth.ts';
+import { requireAdmin, requireTenant } from './auth.ts';
 import type { AppEnv } from './context.ts';
 import { onError } from './errors.ts';
 import { validationHook } from './validation.ts';
+import { registerAdminRoutes } from './routes/admin.ts';
+import { registerQueueRoutes } from './routes/queues.ts';
 import { registerTaskRoutes } from './routes/tasks.ts';
 
 export interface AppDeps {
@@ -55,9 +57,12 @@ export function createApp(deps: AppDeps): App {
       },
     }),
   );
-  app.use('/v1/tasks', requireTenant(deps.adminToken));
-  app.use('/v1/tasks/*', requireTenant(deps.adminToken));
+  const tenant = requireTenant(deps.adminToken);
+  for (const path of ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues']) app.use(path, tenant);
+  app.use('/v1/admin/*', requireAdmin(deps.adminToken));
   registerTaskRoutes(app, deps);
+  registerQueueRoutes(app);
+  registerAdminRoutes(app);
 
   app.doc31('/openapi.json', {
     openapi: '3.1.0',

@@ -1,21 +1,17 @@
 // Authentication: `Authorization: Bearer <token>`.
-// The admin token (a Worker secret) may act on tenant routes too, as the
-// tenant named by the `X-Tenant` header (default `default`): handy for
-// operators and local use. Tenant keys come with the tenants issue.
+// Tenant routes take a tenant key (`edsk_...`): every query is scoped by the
+// key's tenant, never by a tenant named in a request. The admin token (a
+// Worker secret) may act on tenant routes too, as the tenant named by the
+// `X-Tenant` header (default `default`), for operators and local use; admin
+// routes take only the admin token. Every failure is the same 401, revealing
+// nothing about which keys or tenants exist.
 import type { MiddlewareHandler } from 'hono';
+import { timingSafeEqual } from '../crypto.ts';
 import { AppError } from '../errors.ts';
+import { tenantForKey } from '../tenants/keys.ts';
 import type { AppEnv } from './context.ts';
 
 export const TENANT_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
-
-/** Constant-time comparison of two strings (by their UTF-8 bytes). */
-export function timingSafeEqual(a: string, b: string): boolean {
-  const x = new TextEncoder().encode(a);
-  const y = new TextEncoder().encode(b);
-  let diff = x.length ^ y.length;
-  for (let i = 0; i < Math.max(x.length, y.length); i++) diff |= (x[i] ?? 0) ^ (y[i] ?? 0);
-  return diff === 0;
-}
 
 export function bearerToken(header: string | undefined): string | null {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '');
@@ -24,16 +20,32 @@ export function bearerToken(header: string | undefined): string | null {
 
 const unauthorized = () => new AppError('unauthorized', 'missing or invalid API key');
 
+const isAdmin = (token: string, adminToken: string) => adminToken.length > 0 && timingSafeEqual(token, adminToken);
+
 export function requireTenant(adminToken: string): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const token = bearerToken(c.req.header('authorization'));
-    if (!token || !adminToken || !timingSafeEqual(token, adminToken)) throw unauthorized();
-    const tenant = c.req.header('x-tenant') ?? 'default';
-    if (!TENANT_PATTERN.test(tenant)) {
-      throw new AppError('invalid_request', 'invalid X-Tenant header', [{ path: 'X-Tenant', message: 'a tenant name' }]);
+    if (!token) throw unauthorized();
+    let tenant: string | null;
+    if (isAdmin(token, adminToken)) {
+      tenant = c.req.header('x-tenant') ?? 'default';
+      if (!TENANT_PATTERN.test(tenant)) {
+        throw new AppError('invalid_request', 'invalid X-Tenant header', [{ path: 'X-Tenant', message: 'a tenant name' }]);
+      }
+    } else {
+      tenant = await tenantForKey(c.env.db, token);
+      if (!tenant) throw unauthorized();
     }
     c.set('tenant', tenant);
     c.set('log', c.var.log.child({ tenant }));
+    await next();
+  };
+}
+
+export function requireAdmin(adminToken: string): MiddlewareHandler<AppEnv> {
+  return async (c, next) => {
+    const token = bearerToken(c.req.header('authorization'));
+    if (!token || !isAdmin(token, adminToken)) throw unauthorized();
     await next();
   };
 }

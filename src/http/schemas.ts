@@ -129,10 +129,11 @@ export function taskJson(t: Task): TaskJson {
   };
 }
 
-export const TaskIdParam = z.object({
+/** `{id}` in a path: a positive bigint, as a string. */
+export const IdParam = z.object({
   id: z
     .string()
-    .regex(/^[1-9]\d{0,18}$/, 'a task id (digits)')
+    .regex(/^[1-9]\d{0,18}$/, 'an id (digits)')
     .openapi({ param: { name: 'id', in: 'path' }, example: '42' }),
 });
 
@@ -146,3 +147,40 @@ export const SpentTaskSchema = z
     purged: z.literal(true).openapi({ description: 'The task finished and retention has deleted it.' }),
   })
   .openapi('SpentTask');
+
+export const TenantName = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/, 'letters, digits and _ . : - (at most 64, starting with a letter or digit)')
+  .openapi({ example: 'acme' });
+
+export const KeyCreateSchema = z.strictObject({ tenant: TenantName }).openapi('KeyCreate');
+
+export const ApiKeySchema = z
+  .object({
+    id: z.string(),
+    tenant: z.string(),
+    prefix: z.string().openapi({ description: 'Public part of the key, for finding it in logs.' }),
+    createdAt: z.string(),
+    revokedAt: z.string().nullable(),
+    key: z.string().optional().openapi({ description: 'The key itself: returned once, at creation, never again.' }),
+  })
+  .openapi('ApiKey');
+
+
+export const TenantWeightSchema = z
+  .strictObject({
+    queue: QueueName.default('default'),
+    weight: z.number().gt(0).max(1000).openapi({ description: 'Share of claims relative to other tenants of the queue (default 1).' }),
+  })
+  .openapi('TenantWeight');
+
+export const QueuePauseSchema = z.strictObject({ paused: z.boolean() }).openapi('QueuePause');
+
+export const QueueStatsSchema = z
+  .object({
+    name: z.string(),
+    paused: z.boolean(),
+    counts: z.record(z.enum(TASK_STATUSES), z.int()),
+    lagSeconds: z.number().openapi({ description: 'How long the oldest due, unclaimed task has waited.' }),
+  })
+  .openapi('QueueStats');

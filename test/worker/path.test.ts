@@ -106,6 +106,39 @@ describe('the Worker, end to end', () => {
     expect(stored[0]!.n).toBe(0);
   });
 
+  it('leaves the batch to the Queue when the database is unreachable', async () => {
+    const batch = createMessageBatch('edge-scheduler-tasks', [
+      { id: 'r1', timestamp: Date.now(), attempts: 1, body: { id: '1', epoch: 1, runAt: 0 } },
+      { id: 'r2', timestamp: Date.now(), attempts: 1, body: { id: '2', epoch: 1, runAt: 0 } },
+    ]);
+    const ctx = createExecutionContext();
+    const down = { ...(env as unknown as Env), DATABASE_URL: 'postgres://nobody:nothing@127.0.0.1:1/none' };
+    await worker.queue(batch as never, down, ctx);
+    const result = await getQueueResult(batch, ctx);
+    expect(result.explicitAcks).toEqual([]);
+    expect(result.retryMessages.map((m) => m.msgId).sort()).toEqual(['r1', 'r2']);
+  });
+
+  it('cancels over HTTP by id and by idempotency key; 409 once finished, 404 for another tenant', async () => {
+    const tenant = 'worker-e2e-cancel';
+    const headers = { 'x-tenant': tenant };
+    const a = await api('/v1/tasks', { method: 'POST', headers, body: JSON.stringify({ task: 'noop', delay: 3600 }) });
+    const b = await api('/v1/tasks', { method: 'POST', headers, body: JSON.stringify({ task: 'noop', delay: 3600, idempotencyKey: 'invoice-9' }) });
+    expect((await api(`/v1/tasks/${a.body.id}`, { method: 'DELETE', headers: { 'x-tenant': 'someone-else' } })).status).toBe(404);
+    const ca = await api(`/v1/tasks/${a.body.id}`, { method: 'DELETE', headers });
+    expect(ca.status).toBe(200);
+    expect(ca.body.status).toBe('cancelled');
+    const cb = await api('/v1/tasks/by-key/invoice-9', { method: 'DELETE', headers });
+    expect(cb.status).toBe(200);
+    expect(cb.body).toMatchObject({ id: b.body.id, status: 'cancelled' });
+
+    const c = await api('/v1/tasks', { method: 'POST', headers, body: JSON.stringify({ task: 'noop' }) });
+    await waitForStatus(c.body.id, tenant, 'succeeded');
+    const late = await api(`/v1/tasks/${c.body.id}`, { method: 'DELETE', headers });
+    expect(late.status).toBe(409);
+    expect(late.body.error.code).toBe('conflict');
+  });
+
   it('refuses a missing or wrong token with 401', async () => {
     const res = await exports.default.fetch(`${base}/v1/tasks/1`, { headers: { authorization: 'Bearer wrong' } });
     expect(res.status).toBe(401);

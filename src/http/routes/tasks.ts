@@ -6,36 +6,27 @@ import { dispatchRunnable } from '../../sweep/sweep.ts';
 import { cancelTask } from '../../tasks/cancel.ts';
 import { enqueueTasks, type EnqueueResult } from '../../tasks/enqueue.ts';
 import type { App, AppDeps } from '../app.ts';
+import { commonErrors, json, jsonBody } from './common.ts';
 import type { Invocation } from '../context.ts';
 import {
   ErrorSchema,
   SpentTaskSchema,
   TaskCreateSchema,
-  TaskIdParam,
+  IdParam,
   TaskSchema,
   taskJson,
   toTaskInput,
 } from '../schemas.ts';
 
-const json = <S extends z.ZodType>(schema: S, description: string) => ({
-  content: { 'application/json': { schema } },
-  description,
-});
-const errors = {
-  400: json(ErrorSchema, 'Invalid request; details name each field'),
-  401: json(ErrorSchema, 'Missing or invalid key'),
-};
-
-
 const createTaskRoute = createRoute({
   method: 'post',
   path: '/v1/tasks',
   summary: 'Enqueue a task',
-  request: { body: { content: { 'application/json': { schema: TaskCreateSchema } }, required: true } },
+  request: jsonBody(TaskCreateSchema),
   responses: {
     201: json(TaskSchema, 'Created'),
     200: json(z.union([TaskSchema, SpentTaskSchema]), 'Idempotency key seen: rescheduled while waiting, or deduplicated once spent'),
-    ...errors,
+    ...commonErrors,
     413: json(ErrorSchema, 'Body too large'),
   },
 });
@@ -44,18 +35,18 @@ const getTaskRoute = createRoute({
   method: 'get',
   path: '/v1/tasks/{id}',
   summary: 'Get a task',
-  request: { params: TaskIdParam },
-  responses: { 200: json(TaskSchema, 'The task'), ...errors, 404: json(ErrorSchema, 'No such task for this tenant') },
+  request: { params: IdParam },
+  responses: { 200: json(TaskSchema, 'The task'), ...commonErrors, 404: json(ErrorSchema, 'No such task for this tenant') },
 });
 
 const cancelTaskRoute = createRoute({
   method: 'delete',
   path: '/v1/tasks/{id}',
   summary: 'Cancel a task that has not started',
-  request: { params: TaskIdParam },
+  request: { params: IdParam },
   responses: {
     200: json(TaskSchema, 'Cancelled (or already cancelled)'),
-    ...errors,
+    ...commonErrors,
     404: json(ErrorSchema, 'No such task for this tenant'),
     409: json(ErrorSchema, 'The task has started or finished'),
   },
@@ -68,7 +59,7 @@ const cancelTaskByKeyRoute = createRoute({
   request: { params: z.object({ idempotencyKey: z.string().min(1).max(256).openapi({ param: { name: 'idempotencyKey', in: 'path' } }) }) },
   responses: {
     200: json(TaskSchema, 'Cancelled (or already cancelled)'),
-    ...errors,
+    ...commonErrors,
     404: json(ErrorSchema, 'No task with this key for this tenant'),
     409: json(ErrorSchema, 'The task has started or finished'),
   },

@@ -1,0 +1,138 @@
+// Statements for tenants, their keys, fair-queuing weights and queues.
+import type { Queryable } from '../seam.ts';
+import { sql } from '../seam.ts';
+import { TASK_STATUSES, type TaskStatus } from '../../tasks/model.ts';
+
+type Now = Date | null | undefined;
+const at = (now: Now) => now ?? null;
+
+export interface ApiKeyRow {
+  id: string;
+  tenant: string;
+  prefix: string;
+  createdAt: Date;
+  revokedAt: Date | null;
+}
+
+const apiKeysInsert = sql(
+  'api_keys_insert',
+  `insert into api_keys (tenant, prefix, key_hash, created_at)
+   values ($2::text, $3::text, $4::text, coalesce($1::timestamptz, now()))
+   returning id, tenant, prefix, created_at, revoked_at`,
+);
+
+interface KeyRow {
+  id: string;
+  tenant: string;
+  prefix: string;
+  created_at: Date;
+  revoked_at: Date | null;
+}
+const keyFromRow = (r: KeyRow): ApiKeyRow => ({
+  id: String(r.id),
+  tenant: r.tenant,
+  prefix: r.prefix,
+  createdAt: r.created_at,
+  revokedAt: r.revoked_at,
+});
+
+export async function insertApiKey(q: Queryable, p: { now?: Now; tenant: string; prefix: string; hash: string }): Promise<ApiKeyRow> {
+  const rows = await q.query<KeyRow>(apiKeysInsert, [at(p.now), p.tenant, p.prefix, p.hash]);
+  return keyFromRow(rows[0]!);
+}
+
+/** The live key with this public prefix, if any: its tenant and stored hash. */
+const apiKeysFindLive = sql(
+  'api_keys_find_live',
+  `select tenant, key_hash from api_keys where prefix = $1::text and revoked_at is null`,
+);
+
+export async function findLiveKey(q: Queryable, prefix: string): Promise<{ tenant: string; hash: string } | null> {
+  const rows = await q.query<{ tenant: string; key_hash: string }>(apiKeysFindLive, [prefix]);
+  return rows[0] ? { tenant: rows[0].tenant, hash: rows[0].key_hash } : null;
+}
+
+/** Revokes a key (idempotent: revoking twice keeps the first time). */
+const apiKeysRevoke = sql(
+  'api_keys_revoke',
+  `update api_keys set revoked_at = coalesce(revoked_at, coalesce($1::timestamptz, now()))
+   where id = $2::bigint
+   returning id, tenant, prefix, created_at, revoked_at`,
+);
+
+export async function revokeApiKey(q: Queryable, p: { now?: Now; id: string }): Promise<ApiKeyRow | null> {
+  const rows = await q.query<KeyRow>(apiKeysRevoke, [at(p.now), p.id]);
+  return rows[0] ? keyFromRow(rows[0]) : null;
+}
+
+/** Sets a tenant's fair share in a queue; its vtime position is kept. */
+const tenantsUpsertWeight = sql(
+  'tenants_upsert_weight',
+  `insert into tenants (queue, tenant, weight) values ($1::text, $2::text, $3::double precision)
+   on conflict (queue, tenant) do update set weight = excluded.weight, updated_at = now()
+   returning queue, tenant, weight`,
+);
+
+export async function setTenantWeight(
+  q: Queryable,
+  p: { queue: string; tenant: string; weight: number },
+): Promise<{ queue: string; tenant: string; weight: number }> {
+  const rows = await q.query<{ queue: string; tenant: string; weight: number }>(tenantsUpsertWeight, [p.queue, p.tenant, p.weight]);
+  return rows[0]!;
+}
+
+/** Pauses or resumes a queue: a paused queue is never claimed, its order kept. */
+const queuesUpsertPaused = sql(
+  'queues_upsert_paused',
+  `insert into queues (name, paused) values ($1::text, $2::boolean)
+   on conflict (name) do update set paused = excluded.paused, updated_at = now()
+   returning name, paused`,
+);
+
+export async function setQueuePaused(q: Queryable, p: { queue: string; paused: boolean }): Promise<{ name: string; paused: boolean }> {
+  const rows = await q.query<{ name: string; paused: boolean }>(queuesUpsertPaused, [p.queue, p.paused]);
+  return rows[0]!;
+}
+
+export interface QueueStats {
+  queue: string;
+  paused: boolean;
+  counts: Record<TaskStatus, number>;
+  /** Seconds the oldest due, unclaimed task has waited past its run_at; 0 when none. */
+  lagSeconds: number;
+}
+
+/**
+ * A tenant's view of its queues: counts by status and the lag of its oldest
+ * due task. Scans the tenant's rows (tasks_tenant_id_idx); finished rows are
+ * bounded by retention.
+ */
+const queuesStatsForTenant = sql(
+  'queues_stats_for_tenant',
+  `with clock as (select coalesce($1::timestamptz, now()) as now)
+   select t.queue, coalesce(q.paused, false) as paused, t.status, count(*)::int as n,
+          coalesce(extract(epoch from clock.now - min(t.run_at) filter (
+            where t.status in ('scheduled', 'queued') and t.run_at <= clock.now)), 0)::float8 as lag
+   from tasks t cross join clock left join queues q on q.name = t.queue
+   where t.tenant = $2::text
+   group by t.queue, q.paused, t.status, clock.now
+   order by t.queue, t.status`,
+);
+
+export async function queueStats(q: Queryable, p: { now?: Now; tenant: string }): Promise<QueueStats[]> {
+  const rows = await q.query<{ queue: string; paused: boolean; status: string; n: number; lag: number }>(queuesStatsForTenant, [
+    at(p.now),
+    p.tenant,
+  ]);
+  const byQueue = new Map<string, QueueStats>();
+  for (const r of rows) {
+    let s = byQueue.get(r.queue);
+    if (!s) {
+      const counts = Object.fromEntries(TASK_STATUSES.map((status) => [status, 0])) as Record<TaskStatus, number>;
+      byQueue.set(r.queue, (s = { queue: r.queue, paused: r.paused, counts, lagSeconds: 0 }));
+    }
+    s.counts[r.status as TaskStatus] = r.n;
+    s.lagSeconds = Math.max(s.lagSeconds, Number(r.lag));
+  }
+  return [...byQueue.values()];
+}

@@ -1,0 +1,78 @@
+// /v1/admin: keys, fair-queuing weights and queue pauses. Admin token only.
+import { createRoute, z } from '@hono/zod-openapi';
+import { revokeApiKey, setQueuePaused, setTenantWeight } from '../../db/sql/tenants.ts';
+import { notFound } from '../../errors.ts';
+import { createApiKey } from '../../tenants/keys.ts';
+import type { App } from '../app.ts';
+import { ApiKeySchema, IdParam, KeyCreateSchema, QueueName, QueuePauseSchema, TenantName, TenantWeightSchema } from '../schemas.ts';
+import { commonErrors, json, jsonBody, notFoundError } from './common.ts';
+
+const createKeyRoute = createRoute({
+  method: 'post',
+  path: '/v1/admin/keys',
+  summary: 'Create a tenant API key (shown once)',
+  request: jsonBody(KeyCreateSchema),
+  responses: { 201: json(ApiKeySchema, 'Created; `key` is shown this once'), ...commonErrors },
+});
+
+const revokeKeyRoute = createRoute({
+  method: 'delete',
+  path: '/v1/admin/keys/{id}',
+  summary: 'Revoke a key; it stops working at once',
+  request: { params: IdParam },
+  responses: { 200: json(ApiKeySchema, 'Revoked'), ...commonErrors, ...notFoundError('key') },
+});
+
+const putTenantRoute = createRoute({
+  method: 'put',
+  path: '/v1/admin/tenants/{tenant}',
+  summary: "Set a tenant's weight in a queue",
+  request: { params: z.object({ tenant: TenantName.openapi({ param: { name: 'tenant', in: 'path' } }) }), ...jsonBody(TenantWeightSchema) },
+  responses: {
+    200: json(z.object({ tenant: z.string(), queue: z.string(), weight: z.number() }).openapi('TenantWeightSet'), 'Set'),
+    ...commonErrors,
+  },
+});
+
+const putQueueRoute = createRoute({
+  method: 'put',
+  path: '/v1/admin/queues/{name}',
+  summary: 'Pause or resume a queue',
+  request: { params: z.object({ name: QueueName.openapi({ param: { name: 'name', in: 'path' } }) }), ...jsonBody(QueuePauseSchema) },
+  responses: { 200: json(z.object({ name: z.string(), paused: z.boolean() }).openapi('QueueState'), 'Set'), ...commonErrors },
+});
+
+const keyJson = (k: { id: string; tenant: string; prefix: string; createdAt: Date; revokedAt?: Date | null; key?: string }) => ({
+  id: k.id,
+  tenant: k.tenant,
+  prefix: k.prefix,
+  createdAt: k.createdAt.toISOString(),
+  revokedAt: k.revokedAt ? k.revokedAt.toISOString() : null,
+  ...(k.key ? { key: k.key } : {}),
+});
+
+export function registerAdminRoutes(app: App): void {
+  app.openapi(createKeyRoute, async (c) => {
+    const created = await createApiKey(c.env.db, c.req.valid('json').tenant, c.env.now);
+    c.var.log.info('api key created', { keyId: created.id, tenant: created.tenant, prefix: created.prefix });
+    return c.json(keyJson(created), 201);
+  });
+
+  app.openapi(revokeKeyRoute, async (c) => {
+    const revoked = await revokeApiKey(c.env.db, { now: c.env.now, id: c.req.valid('param').id });
+    if (!revoked) throw notFound('key');
+    c.var.log.info('api key revoked', { keyId: revoked.id, tenant: revoked.tenant });
+    return c.json(keyJson(revoked), 200);
+  });
+
+  app.openapi(putTenantRoute, async (c) => {
+    const { queue, weight } = c.req.valid('json');
+    const set = await setTenantWeight(c.env.db, { queue: queue ?? 'default', tenant: c.req.valid('param').tenant, weight });
+    return c.json(set, 200);
+  });
+
+  app.openapi(putQueueRoute, async (c) => {
+    const set = await setQueuePaused(c.env.db, { queue: c.req.valid('param').name, paused: c.req.valid('json').paused });
+    return c.json(set, 200);
+  });
+}

@@ -1,0 +1,69 @@
+// Drives the real Hono app in Node over a real database (the workerd tests
+// cover the Worker's wiring; these cover the API's behaviour in depth).
+import { defaultConfig, type Config } from '../../src/config.ts';
+import type { Db } from '../../src/db/seam.ts';
+import { noopTask } from '../../src/handlers/noop.ts';
+import { createRegistry, type TaskHandler } from '../../src/handlers/registry.ts';
+import { createApp } from '../../src/http/app.ts';
+import { silentLogger } from '../../src/log.ts';
+import { createOutbox } from './harness.ts';
+
+export const ADMIN_TOKEN = 'node-test-admin-token';
+
+export interface Reply {
+  status: number;
+  body: any;
+  headers: Headers;
+}
+
+export function createTestApi(db: Db, options: { config?: Partial<Config>; handlers?: TaskHandler<never>[] } = {}) {
+  const config: Config = { ...defaultConfig, ...options.config };
+  const app = createApp({
+    config,
+    registry: createRegistry([noopTask, ...(options.handlers ?? [])]),
+    log: silentLogger,
+    adminToken: ADMIN_TOKEN,
+  });
+  const outbox = createOutbox();
+  const pending: Promise<unknown>[] = [];
+  let now: Date | undefined;
+  async function call(
+    method: string,
+    path: string,
+    init: { token?: string; tenant?: string; body?: unknown; raw?: string; headers?: Record<string, string> } = {},
+  ): Promise<Reply> {
+    const headers: Record<string, string> = { ...init.headers };
+    if (init.token !== undefined) headers.authorization = `Bearer ${init.token}`;
+    if (init.tenant !== undefined) headers['x-tenant'] = init.tenant;
+    let body: string | undefined;
+    if (init.raw !== undefined) body = init.raw;
+    else if (init.body !== undefined) body = JSON.stringify(init.body);
+    if (body !== undefined && headers['content-type'] === undefined) headers['content-type'] = 'application/json';
+    const res = await app.request(`http://api.test${path}`, { method, headers, body }, {
+      db,
+      sender: outbox,
+      waitUntil: (p) => pending.push(p),
+      now,
+    });
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      // not JSON
+    }
+    return { status: res.status, body: parsed, headers: res.headers };
+  }
+  return {
+    app,
+    outbox,
+    call,
+    admin: (method: string, path: string, init: Parameters<typeof call>[2] = {}) => call(method, path, { token: ADMIN_TOKEN, ...init }),
+    /** Sets the clock override every request passes down (undefined: the database's now()). */
+    setNow(d: Date | undefined) {
+      now = d;
+    },
+    /** Waits for the waitUntil'd work (e.g. the dispatch kick). */
+    settle: () => Promise.allSettled(pending.splice(0)),
+  };
+}
