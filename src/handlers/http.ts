@@ -1,0 +1,241 @@
+// The built-in `http` task type (DESIGN §10): one signed HTTP request per
+// attempt. The payload is checked at enqueue time (a hostile URL or a header
+// we must own is a 400 naming the field, not a task that dies later) and the
+// URL again at run time, since the guard's rules may have tightened between
+// enqueue and run.
+//
+// Outcomes follow what a retry can change: 2xx succeeds; 408, 429, 5xx and
+// network errors retry (honouring Retry-After); other 4xx will not change on
+// a retry and are permanent. Redirects are never followed: the guard checked
+// this URL, not wherever a Location points, so a 3xx is a failed attempt.
+import { z } from 'zod';
+import { defineTask, PermanentError, RetryAfterError, type TaskHandler } from './registry.ts';
+import { parseWebhookSecret, signWebhook } from './signing.ts';
+import { checkTarget } from './ssrf.ts';
+
+export interface HttpTaskOptions {
+  /** Lets URLs reach loopback and private networks (ALLOW_PRIVATE_TARGETS; local development). */
+  allowPrivateTargets: boolean;
+  /** `whsec_...` (SIGNING_SECRET); without it deliveries go unsigned. */
+  signingSecret: string | undefined;
+  fetch?: typeof fetch;
+  /** The clock for webhook-timestamp and Retry-After dates; injectable for tests. */
+  now?: () => Date;
+}
+
+export const HTTP_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD'] as const;
+
+/** Longest URL accepted; beyond it many servers and proxies answer 414. */
+const MAX_URL_LENGTH = 2048;
+/** lastError carries at most this much of a response body. */
+const MAX_EXCERPT_CHARS = 256;
+/** Enough bytes for 256 characters of UTF-8; the rest of a body is never read. */
+const MAX_BODY_BYTES = 1024;
+/** A Retry-After further away than this is clamped (a receiver cannot park a task for days). */
+const MAX_RETRY_AFTER_MS = 60 * 60 * 1000;
+
+/**
+ * Headers the payload may not set: the transport's own (fetch computes them,
+ * and some runtimes throw on them), and the signature headers, which only the
+ * signer writes.
+ */
+const FORBIDDEN_HEADERS = new Set([
+  'host',
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'keep-alive',
+  'upgrade',
+  'te',
+  'trailer',
+  'expect',
+  'proxy-authorization',
+  'proxy-connection',
+]);
+const FORBIDDEN_HEADER_PREFIXES = ['webhook-', 'proxy-', 'sec-'];
+
+/** RFC 9110 token characters: what a header name may contain. */
+const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** Header values: no CR, LF or NUL (fetch would throw, or worse, a header could be injected). */
+const HEADER_VALUE = /^[^\r\n\0]*$/;
+
+function headerNameProblem(name: string): string | null {
+  if (!HEADER_NAME.test(name)) return 'not a valid header name';
+  const lower = name.toLowerCase();
+  if (FORBIDDEN_HEADERS.has(lower)) return 'this header is set by the transport and may not be given';
+  if (FORBIDDEN_HEADER_PREFIXES.some((p) => lower.startsWith(p))) {
+    return lower.startsWith('webhook-') ? 'webhook-* headers are set by the signer' : 'this header may not be given';
+  }
+  return null;
+}
+
+/** The payload schema; the URL refinement depends on whether private targets are allowed. */
+export function createHttpPayloadSchema(options: { allowPrivateTargets: boolean }) {
+  const headers = z.record(z.string(), z.string()).superRefine((value, ctx) => {
+    const seen = new Set<string>();
+    for (const [name, headerValue] of Object.entries(value)) {
+      const problem = headerNameProblem(name);
+      if (problem) ctx.addIssue({ code: 'custom', path: [name], message: problem });
+      if (!HEADER_VALUE.test(headerValue)) {
+        ctx.addIssue({ code: 'custom', path: [name], message: 'header values may not contain CR, LF or NUL' });
+      }
+      // {"X-A": ..., "x-a": ...} would be merged by fetch into one header.
+      if (seen.has(name.toLowerCase())) ctx.addIssue({ code: 'custom', path: [name], message: 'header given twice' });
+      seen.add(name.toLowerCase());
+    }
+  });
+  return z
+    .strictObject({
+      url: z
+        .string()
+        .max(MAX_URL_LENGTH)
+        .superRefine((url, ctx) => {
+          const check = checkTarget(url, { allowPrivate: options.allowPrivateTargets });
+          if (!check.ok) ctx.addIssue({ code: 'custom', message: check.reason });
+        }),
+      method: z.enum(HTTP_METHODS).default('POST'),
+      headers: headers.optional(),
+      /** A string is sent as is; any other JSON value is sent JSON-encoded. */
+      body: z.json().optional(),
+    })
+    .superRefine((payload, ctx) => {
+      if (payload.body !== undefined && (payload.method === 'GET' || payload.method === 'HEAD')) {
+        ctx.addIssue({ code: 'custom', path: ['body'], message: `a ${payload.method} request cannot have a body` });
+      }
+    });
+}
+
+export type HttpPayload = z.output<ReturnType<typeof createHttpPayloadSchema>>;
+
+export function createHttpTask(options: HttpTaskOptions): TaskHandler<never> {
+  const fetchImpl = options.fetch ?? ((input, init) => fetch(input, init));
+  const now = options.now ?? (() => new Date());
+  // A malformed secret is a configuration error: fail at startup, not per delivery.
+  if (options.signingSecret !== undefined) parseWebhookSecret(options.signingSecret);
+
+  return defineTask('http', createHttpPayloadSchema(options), async (payload, ctx) => {
+    const target = checkTarget(payload.url, { allowPrivate: options.allowPrivateTargets });
+    if (!target.ok) throw new PermanentError(`target refused: ${target.reason}`);
+
+    const headers = new Headers(payload.headers);
+    let body: Uint8Array | undefined;
+    if (payload.body !== undefined) {
+      const isText = typeof payload.body === 'string';
+      // Encoded once, so the signature covers exactly the bytes on the wire.
+      body = new TextEncoder().encode(isText ? (payload.body as string) : JSON.stringify(payload.body));
+      if (!headers.has('content-type')) headers.set('content-type', isText ? 'text/plain; charset=utf-8' : 'application/json');
+    }
+    if (options.signingSecret !== undefined) {
+      const signed = await signWebhook({
+        secret: options.signingSecret,
+        id: ctx.taskId,
+        timestamp: now(),
+        body: body ?? new Uint8Array(0),
+      });
+      for (const [name, value] of Object.entries(signed)) headers.set(name, value);
+    }
+
+    let response: Response;
+    try {
+      response = await fetchImpl(target.url.href, {
+        method: payload.method,
+        headers,
+        body,
+        redirect: 'manual',
+        signal: ctx.signal,
+      });
+    } catch (error) {
+      // Network errors and timeouts retry: the next attempt may well connect.
+      if (ctx.signal.aborted) throw new Error(`request aborted: ${describe(ctx.signal.reason)}`, { cause: error });
+      throw new Error(`request failed: ${describe(error)}`, { cause: error });
+    }
+
+    const status = response.status;
+    if (status >= 200 && status < 300) {
+      discard(response);
+      return { status };
+    }
+    if (status >= 300 && status < 400) {
+      discard(response);
+      const location = response.headers.get('location');
+      throw new Error(
+        location === null
+          ? `HTTP ${status}: redirect not followed (no Location)`
+          : `HTTP ${status}: redirect to ${truncate(location, MAX_EXCERPT_CHARS)} not followed`,
+      );
+    }
+
+    const excerpt = await readExcerpt(response);
+    const message = `HTTP ${status}${response.statusText ? ` ${response.statusText}` : ''}${excerpt ? `: ${excerpt}` : ''}`;
+    if (status === 408 || status === 429 || status >= 500) {
+      const delayMs = retryAfterMs(response.headers.get('retry-after'), now());
+      throw delayMs === null ? new Error(message) : new RetryAfterError(message, delayMs);
+    }
+    if (status >= 400) throw new PermanentError(message);
+    // An informational 1xx leaking through, or a browser's opaque 0: nothing says a retry cannot help.
+    throw new Error(message);
+  });
+}
+
+/** Retry-After as delta-seconds or an HTTP date, clamped to [0, 1 hour]; null when absent or unreadable. */
+export function retryAfterMs(value: string | null, now: Date): number | null {
+  if (value === null) return null;
+  const text = value.trim();
+  let ms: number;
+  if (/^\d+$/.test(text)) ms = Number(text) * 1000;
+  else {
+    // Date.parse alone would read "-5" or "1.5" as years: insist on an HTTP date's shape
+    // (IMF-fixdate, RFC 850 or asctime all start with the weekday and carry hh:mm:ss).
+    if (!/^(mon|tue|wed|thu|fri|sat|sun)[a-z]*,? .*\b\d{2}:\d{2}:\d{2}\b/i.test(text)) return null;
+    const date = Date.parse(text);
+    if (Number.isNaN(date)) return null;
+    ms = date - now.getTime();
+  }
+  return Math.min(Math.max(ms, 0), MAX_RETRY_AFTER_MS);
+}
+
+/** Reads at most MAX_BODY_BYTES and cancels the rest: a receiver cannot make us buffer megabytes. */
+async function readExcerpt(response: Response): Promise<string> {
+  if (!response.body) return '';
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  try {
+    while (total < MAX_BODY_BYTES) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      const chunk = value.subarray(0, MAX_BODY_BYTES - total);
+      chunks.push(chunk);
+      total += chunk.length;
+    }
+  } catch {
+    // A body that breaks off mid-read still leaves the status to report.
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+  const bytes = new Uint8Array(total);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.length;
+  }
+  // stream: true drops a multi-byte character cut at the byte limit instead of mangling it.
+  const text = new TextDecoder().decode(bytes, { stream: true });
+  return truncate(text.replace(/[\u0000-\u001f\u007f]+/g, ' ').replace(/\s+/g, ' ').trim(), MAX_EXCERPT_CHARS);
+}
+
+/** Releases the connection without reading a body nobody needs. */
+function discard(response: Response): void {
+  response.body?.cancel().catch(() => {});
+}
+
+function truncate(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
+
+function describe(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  // undici's "fetch failed" hides the reason (ECONNREFUSED, ENOTFOUND...) in `cause`.
+  const cause = error.cause instanceof Error ? `: ${error.cause.message}` : '';
+  return `${error.message}${cause}`;
+}
