@@ -19,7 +19,9 @@ const shared = new WeakMap<object, Shared>();
 export function sharedFor(env: Env): Shared {
   let s = shared.get(env);
   if (!s) {
-    s = { config: readConfig(env), registry: createRegistry(taskTypes), log: createLogger() };
+    const config = readConfig(env);
+    const registry = createRegistry(taskTypes({ config, signingSecret: env.SIGNING_SECRET || undefined }));
+    s = { config, registry, log: createLogger() };
     shared.set(env, s);
   }
   return s;

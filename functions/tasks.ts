@@ -1,6 +1,13 @@
 // The task types this Worker runs. Add your own handlers here:
 //   defineTask('send-email', z.object({ to: z.email() }), async (payload, ctx) => { ... })
+import type { Config } from '../src/config.ts';
+import { createHttpTask } from '../src/handlers/http.ts';
 import { noopTask } from '../src/handlers/noop.ts';
 import type { TaskHandler } from '../src/handlers/registry.ts';
 
-export const taskTypes: TaskHandler<never>[] = [noopTask];
+export function taskTypes(options: { config: Config; signingSecret: string | undefined }): TaskHandler<never>[] {
+  return [
+    noopTask,
+    createHttpTask({ allowPrivateTargets: options.config.allowPrivateTargets, signingSecret: options.signingSecret }),
+  ];
+}

@@ -35,6 +35,8 @@ const ConfigSchema = z.object({
   DEFAULT_TIMEOUT_SECONDS: int(1, 900).default(30),
   DEFAULT_BACKOFF_BASE_SECONDS: z.coerce.number().min(0.001).max(86_400).default(1),
   DEFAULT_BACKOFF_MAX_SECONDS: z.coerce.number().min(0.001).max(7 * 86_400).default(3600),
+  /** Largest task payload, in bytes of JSON. */
+  MAX_PAYLOAD_BYTES: int(1, 1024 * 1024).default(256 * 1024),
   /** Lets the built-in http task reach private, loopback and link-local addresses. */
   ALLOW_PRIVATE_TARGETS: bool.default(false),
 });
@@ -55,6 +57,7 @@ export interface Config {
   defaultTimeoutMs: number;
   defaultBackoffBaseMs: number;
   defaultBackoffMaxMs: number;
+  maxPayloadBytes: number;
   allowPrivateTargets: boolean;
 }
 
@@ -87,6 +90,7 @@ export function readConfig(vars: Record<string, unknown>): Config {
     defaultTimeoutMs: v.DEFAULT_TIMEOUT_SECONDS * 1000,
     defaultBackoffBaseMs: Math.round(v.DEFAULT_BACKOFF_BASE_SECONDS * 1000),
     defaultBackoffMaxMs: Math.round(v.DEFAULT_BACKOFF_MAX_SECONDS * 1000),
+    maxPayloadBytes: v.MAX_PAYLOAD_BYTES,
     allowPrivateTargets: v.ALLOW_PRIVATE_TARGETS,
   };
 }

@@ -24,8 +24,9 @@ export interface AppDeps {
 
 export type App = OpenAPIHono<AppEnv>;
 
-/** Request bodies above this are refused with 413 before they are parsed. */
+/** Request bodies above these are refused with 413 before they are parsed. */
 export const MAX_BODY_BYTES = 1024 * 1024;
+export const MAX_BATCH_BODY_BYTES = 10 * 1024 * 1024;
 
 export function createApp(deps: AppDeps): App {
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
@@ -48,15 +49,17 @@ export function createApp(deps: AppDeps): App {
     return c.json({ ok: true });
   });
 
-  app.use(
-    '/v1/*',
+  // Bodies past the cap are refused with 413 before they are parsed.
+  const limited = (maxSize: number) =>
     bodyLimit({
-      maxSize: MAX_BODY_BYTES,
+      maxSize,
       onError: () => {
-        throw new AppError('payload_too_large', `request body is larger than ${MAX_BODY_BYTES} bytes`);
+        throw new AppError('payload_too_large', `request body is larger than ${maxSize} bytes`);
       },
-    }),
-  );
+    });
+  const batchLimit = limited(MAX_BATCH_BODY_BYTES);
+  const bodyLimitDefault = limited(MAX_BODY_BYTES);
+  app.use('/v1/*', (c, next) => (c.req.path === '/v1/tasks/batch' ? batchLimit(c, next) : bodyLimitDefault(c, next)));
   const tenant = requireTenant(deps.adminToken);
   for (const path of ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues']) app.use(path, tenant);
   app.use('/v1/admin/*', requireAdmin(deps.adminToken));

@@ -28,6 +28,12 @@ export const TaskType = z
 
 const Instant = z.iso.datetime({ offset: true }).openapi({ example: '2026-12-01T09:00:00Z' });
 
+/** Unparsable instants are the datetime check's to report; this one bounds parsable ones. */
+function inRunAtRange(runAt: string): boolean {
+  const ms = Date.parse(runAt);
+  return Number.isNaN(ms) || (ms > Date.UTC(2000, 0) && ms < Date.UTC(2200, 0));
+}
+
 export const TaskCreateSchema = z
   .strictObject({
     task: TaskType,
@@ -51,7 +57,7 @@ export const TaskCreateSchema = z
     message: 'give runAt or delay, not both',
     path: ['delay'],
   })
-  .refine((t) => t.runAt === undefined || (Date.parse(t.runAt) > Date.UTC(2000, 0) && Date.parse(t.runAt) < Date.UTC(2200, 0)), {
+  .refine((t) => t.runAt === undefined || inRunAtRange(t.runAt), {
     message: 'must be between the years 2000 and 2200',
     path: ['runAt'],
   })
@@ -184,3 +190,48 @@ export const QueueStatsSchema = z
     lagSeconds: z.number().openapi({ description: 'How long the oldest due, unclaimed task has waited.' }),
   })
   .openapi('QueueStats');
+
+export const MAX_BATCH = 1000;
+
+export const TaskBatchSchema = z
+  .strictObject({ tasks: z.array(TaskCreateSchema).min(1).max(MAX_BATCH) })
+  .openapi('TaskBatch');
+
+/** Opaque keyset cursors: the last id of a page. */
+export const encodeCursor = (id: string) => btoa(`id:${id}`).replace(/=+$/, '');
+export function decodeCursor(cursor: string): string | null {
+  try {
+    const m = /^id:([1-9]\d{0,18})$/.exec(atob(cursor));
+    return m ? m[1]! : null;
+  } catch {
+    return null;
+  }
+}
+
+const Cursor = z
+  .string()
+  .max(64)
+  .refine((c) => decodeCursor(c) !== null, 'not a cursor from a previous page')
+  .openapi({ description: 'nextCursor of the previous page' });
+
+export const PageLimit = z.coerce.number().int().min(1).max(500).default(50);
+
+export const TaskListQuery = z.strictObject({
+  queue: QueueName.optional(),
+  status: z
+    .string()
+    .refine((s) => s.split(',').every((x) => (TASK_STATUSES as readonly string[]).includes(x)), {
+      message: `comma-separated statuses among ${TASK_STATUSES.join(', ')}`,
+    })
+    .optional()
+    .openapi({ example: 'queued,running' }),
+  task: TaskType.optional(),
+  createdAfter: Instant.optional(),
+  createdBefore: Instant.optional(),
+  limit: PageLimit,
+  cursor: Cursor.optional(),
+});
+
+export const TaskPageSchema = z
+  .object({ tasks: z.array(TaskSchema), nextCursor: z.string().nullable() })
+  .openapi('TaskPage');

@@ -70,10 +70,16 @@ export async function enqueueTasks(
 ): Promise<EnqueueResult[]> {
   const pathOf = options.pathOf ?? ((i: number) => (inputs.length === 1 ? '' : `tasks.${i}`));
   const details: ErrorDetail[] = [];
+  const tooLarge: ErrorDetail[] = [];
   const rows: NewTask[] = [];
   const keyOwner = new Map<string, number>();
   inputs.forEach((input, i) => {
     const at = (field: string) => [pathOf(i), field].filter(Boolean).join('.');
+    const size = new TextEncoder().encode(JSON.stringify(input.payload ?? {})).length;
+    if (size > deps.config.maxPayloadBytes) {
+      tooLarge.push({ path: at('payload'), message: `${size} bytes; at most ${deps.config.maxPayloadBytes}` });
+      return;
+    }
     try {
       const payload = deps.registry.validate(input.task, input.payload ?? {}, pathOf(i));
       const row = toNewTask(input, deps.config, payload);
@@ -89,6 +95,7 @@ export async function enqueueTasks(
       else keyOwner.set(input.idempotencyKey, i);
     }
   });
+  if (tooLarge.length > 0) throw new AppError('payload_too_large', 'payload too large', tooLarge);
   if (details.length > 0) throw invalid(details.length === 1 ? details[0]!.message : 'invalid tasks', details);
 
   for (let run = 1; ; run++) {

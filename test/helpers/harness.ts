@@ -5,11 +5,14 @@ import { defaultConfig, type Config } from '../../src/config.ts';
 import { consumeBatch, type ConsumeOutcome } from '../../src/consume/consume.ts';
 import type { Db } from '../../src/db/seam.ts';
 import type { Faults } from '../../src/faults.ts';
-import { noopTask } from '../../src/handlers/noop.ts';
+import { taskTypes } from '../../functions/tasks.ts';
 import { createRegistry, type TaskHandler } from '../../src/handlers/registry.ts';
 import { createLogger, type Logger } from '../../src/log.ts';
 import { sweepOnce, type SweepCounts, type TaskMessage, type TaskSender } from '../../src/sweep/sweep.ts';
 import { enqueueTasks, type EnqueueResult, type TaskInput } from '../../src/tasks/enqueue.ts';
+
+/** A fixed whsec_ secret so tests can verify deliveries. */
+export const TEST_SIGNING_SECRET = `whsec_${btoa('test-signing-secret-32-bytes-long')}`;
 
 export interface SentMessage {
   body: TaskMessage;
@@ -58,7 +61,7 @@ export function createHarness(
   options: { config?: Partial<Config>; handlers?: TaskHandler<never>[] } = {},
 ): Harness {
   const config: Config = { ...defaultConfig, ...options.config };
-  const registry = createRegistry([noopTask, ...(options.handlers ?? [])]);
+  const registry = createRegistry([...taskTypes({ config, signingSecret: TEST_SIGNING_SECRET }), ...(options.handlers ?? [])]);
   const outbox = createOutbox();
   const { log, lines } = captureLogs();
   let sweeps = 0;

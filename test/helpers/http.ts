@@ -2,11 +2,11 @@
 // cover the Worker's wiring; these cover the API's behaviour in depth).
 import { defaultConfig, type Config } from '../../src/config.ts';
 import type { Db } from '../../src/db/seam.ts';
-import { noopTask } from '../../src/handlers/noop.ts';
+import { taskTypes } from '../../functions/tasks.ts';
 import { createRegistry, type TaskHandler } from '../../src/handlers/registry.ts';
 import { createApp } from '../../src/http/app.ts';
 import { silentLogger } from '../../src/log.ts';
-import { createOutbox } from './harness.ts';
+import { createOutbox, TEST_SIGNING_SECRET } from './harness.ts';
 
 export const ADMIN_TOKEN = 'node-test-admin-token';
 
@@ -20,7 +20,7 @@ export function createTestApi(db: Db, options: { config?: Partial<Config>; handl
   const config: Config = { ...defaultConfig, ...options.config };
   const app = createApp({
     config,
-    registry: createRegistry([noopTask, ...(options.handlers ?? [])]),
+    registry: createRegistry([...taskTypes({ config, signingSecret: TEST_SIGNING_SECRET }), ...(options.handlers ?? [])]),
     log: silentLogger,
     adminToken: ADMIN_TOKEN,
   });

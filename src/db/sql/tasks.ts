@@ -686,3 +686,46 @@ export async function cancelTaskIfNotStarted(
   const rows = await q.query<TaskRow>(tasksCancelIfNotStarted, [at(p.now), p.tenant, p.id ?? null, p.idempotencyKey ?? null]);
   return rows[0] ? taskFromRow(rows[0]) : null;
 }
+
+export interface TaskFilter {
+  queue?: string;
+  statuses?: readonly string[];
+  task?: string;
+  createdAfter?: Date;
+  createdBefore?: Date;
+  /** Keyset cursor: only ids below this one (newest first). */
+  beforeId?: string;
+  limit: number;
+}
+
+/**
+ * A tenant's tasks, newest first, by keyset (id below the cursor) so a page
+ * costs the same however deep it is. Walks tasks_tenant_id_idx backwards.
+ */
+const tasksListForTenant = sql(
+  'tasks_list_for_tenant',
+  `select ${TASK_COLUMNS} from tasks
+   where tenant = $1::text
+     and ($2::text is null or queue = $2::text)
+     and ($3::text[] is null or status = any($3::text[]))
+     and ($4::text is null or task = $4::text)
+     and ($5::timestamptz is null or created_at >= $5::timestamptz)
+     and ($6::timestamptz is null or created_at < $6::timestamptz)
+     and ($7::bigint is null or id < $7::bigint)
+   order by id desc
+   limit $8::int`,
+);
+
+export async function listTasks(q: Queryable, tenant: string, f: TaskFilter): Promise<Task[]> {
+  const rows = await q.query<TaskRow>(tasksListForTenant, [
+    tenant,
+    f.queue ?? null,
+    f.statuses && f.statuses.length > 0 ? f.statuses : null,
+    f.task ?? null,
+    f.createdAfter ?? null,
+    f.createdBefore ?? null,
+    f.beforeId ?? null,
+    f.limit,
+  ]);
+  return rows.map(taskFromRow);
+}

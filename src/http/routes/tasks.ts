@@ -1,6 +1,6 @@
 // /v1/tasks: enqueue and read tasks, always scoped to the caller's tenant.
 import { createRoute, z } from '@hono/zod-openapi';
-import { getTask } from '../../db/sql/tasks.ts';
+import { getTask, listTasks } from '../../db/sql/tasks.ts';
 import { notFound } from '../../errors.ts';
 import { dispatchRunnable } from '../../sweep/sweep.ts';
 import { cancelTask } from '../../tasks/cancel.ts';
@@ -11,7 +11,12 @@ import type { Invocation } from '../context.ts';
 import {
   ErrorSchema,
   SpentTaskSchema,
+  TaskBatchSchema,
   TaskCreateSchema,
+  TaskListQuery,
+  TaskPageSchema,
+  decodeCursor,
+  encodeCursor,
   IdParam,
   TaskSchema,
   taskJson,
@@ -65,6 +70,27 @@ const cancelTaskByKeyRoute = createRoute({
   },
 });
 
+const createTaskBatchRoute = createRoute({
+  method: 'post',
+  path: '/v1/tasks/batch',
+  summary: 'Enqueue up to 1,000 tasks in one round trip, all or nothing',
+  request: jsonBody(TaskBatchSchema),
+  responses: {
+    201: json(z.object({ tasks: z.array(z.union([TaskSchema, SpentTaskSchema])) }).openapi('TaskBatchResult'), 'Written, in input order'),
+    200: json(z.object({ tasks: z.array(z.union([TaskSchema, SpentTaskSchema])) }), 'Every item hit an existing idempotency key'),
+    ...commonErrors,
+    413: json(ErrorSchema, 'Body or a payload too large'),
+  },
+});
+
+const listTasksRoute = createRoute({
+  method: 'get',
+  path: '/v1/tasks',
+  summary: 'List tasks, newest first, with keyset pagination',
+  request: { query: TaskListQuery },
+  responses: { 200: json(TaskPageSchema, 'A page of tasks'), ...commonErrors },
+});
+
 export function resultJson(r: EnqueueResult) {
   if (r.task === null) {
     return { id: r.spent.taskId, status: r.spent.status, idempotencyKey: r.spent.idempotencyKey, deduplicated: true as const, purged: true as const };
@@ -96,6 +122,36 @@ export function registerTaskRoutes(app: App, deps: AppDeps): void {
     });
     kickDueQueues(deps, c.env, [result!], c.var.log);
     return result!.outcome === 'created' ? c.json(resultJson(result!) as never, 201) : c.json(resultJson(result!) as never, 200);
+  });
+
+  app.openapi(createTaskBatchRoute, async (c) => {
+    const { tasks } = c.req.valid('json');
+    const results = await enqueueTasks(
+      { db: c.env.db, config: deps.config, registry: deps.registry },
+      c.var.tenant,
+      tasks.map(toTaskInput),
+      { now: c.env.now, pathOf: (i) => `tasks.${i}` },
+    );
+    kickDueQueues(deps, c.env, results, c.var.log);
+    const body = { tasks: results.map(resultJson) };
+    return results.some((r) => r.outcome === 'created') ? c.json(body as never, 201) : c.json(body as never, 200);
+  });
+
+  app.openapi(listTasksRoute, async (c) => {
+    const q = c.req.valid('query');
+    const limit = q.limit ?? 50;
+    const tasks = await listTasks(c.env.db, c.var.tenant, {
+      queue: q.queue,
+      statuses: q.status?.split(','),
+      task: q.task,
+      createdAfter: q.createdAfter ? new Date(q.createdAfter) : undefined,
+      createdBefore: q.createdBefore ? new Date(q.createdBefore) : undefined,
+      beforeId: q.cursor ? decodeCursor(q.cursor)! : undefined,
+      limit: limit + 1,
+    });
+    const page = tasks.slice(0, limit);
+    const nextCursor = tasks.length > limit ? encodeCursor(page.at(-1)!.id) : null;
+    return c.json({ tasks: page.map(taskJson), nextCursor }, 200);
   });
 
   app.openapi(cancelTaskRoute, async (c) => {
