@@ -9,6 +9,7 @@ import { cloudflareTest } from '@cloudflare/vitest-plugin';
 import { defineConfig } from 'vitest/config';
 
 export const TEST_ADMIN_TOKEN = 'test-admin-token';
+export const TEST_SIGNING_SECRET = `whsec_${Buffer.from('test-signing-secret-32-bytes-long').toString('base64')}`;
 
 export default defineConfig({
   test: {
@@ -33,6 +34,8 @@ export default defineConfig({
                 DATABASE_URL: inject<string>('workerDatabaseUrl'),
                 DATABASE_WS_PROXY: inject<string>('wsProxy'),
                 ADMIN_TOKEN: TEST_ADMIN_TOKEN,
+                SIGNING_SECRET: TEST_SIGNING_SECRET,
+                RECEIVER_URL: inject<string>('receiverUrl'),
                 ALLOW_PRIVATE_TARGETS: 'true',
               },
             },

@@ -9,6 +9,7 @@ import { closeLocalProxy, localProxy, openNodeDb } from '../../scripts/node-db.t
 import { loadMigrations } from '../../scripts/migrations.ts';
 import { startEmbeddedPostgres, type RunningPostgres } from '../../scripts/postgres.ts';
 import { migrate } from '../../src/db/migrate.ts';
+import { startReceiver } from './receiver.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -21,6 +22,8 @@ declare module 'vitest' {
     wsProxy: string;
     /** Suffix of every database this run creates, so teardown finds them. */
     runId: string;
+    /** Base URL of the webhook receiver (test/setup/receiver.ts). */
+    receiverUrl: string;
   }
 }
 
@@ -62,6 +65,8 @@ export default async function setup(project: TestProject) {
   project.provide('workerDatabaseUrl', databaseUrl(serverUrl, workerDb));
   project.provide('wsProxy', proxy.address);
   project.provide('runId', runId);
+  const receiver = await startReceiver();
+  project.provide('receiverUrl', receiver.url);
 
   return async () => {
     // Drop what this run created (on a shared server) or the whole server.
@@ -73,6 +78,7 @@ export default async function setup(project: TestProject) {
       for (const { datname } of dbs) await admin.query(`drop database if exists ${datname} with (force)`);
     }
     await admin.close();
+    await receiver.close();
     await closeLocalProxy();
     if (pg) await pg.stop();
     if (dataDir) await rm(dataDir, { recursive: true, force: true });

@@ -1,0 +1,40 @@
+// A webhook receiver for end-to-end tests of the built-in http task: records
+// every request, answers by path (/hook/ok/*: 200, /hook/busy/*: 503 with
+// Retry-After: 1, /hook/gone/*: 404), and reports what it received at
+// GET /_deliveries?path=...
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export interface Delivery {
+  method: string;
+  path: string;
+  headers: Record<string, string>;
+  body: string;
+}
+
+export async function startReceiver(): Promise<{ url: string; close(): Promise<void> }> {
+  const deliveries: Delivery[] = [];
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const url = new URL(req.url ?? '/', 'http://receiver');
+      if (url.pathname === '/_deliveries') {
+        const path = url.searchParams.get('path');
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(deliveries.filter((d) => d.path === path)));
+        return;
+      }
+      const headers: Record<string, string> = {};
+      for (const [k, v] of Object.entries(req.headers)) if (typeof v === 'string') headers[k] = v;
+      deliveries.push({ method: req.method ?? '', path: url.pathname, headers, body: Buffer.concat(chunks).toString('utf8') });
+      if (url.pathname.startsWith('/hook/busy/')) res.writeHead(503, { 'retry-after': '1' }).end('busy');
+      else if (url.pathname.startsWith('/hook/gone/')) res.writeHead(404).end('no such hook');
+      else res.writeHead(200).end('ok');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
