@@ -75,13 +75,13 @@ export async function enqueueTasks(
   const keyOwner = new Map<string, number>();
   inputs.forEach((input, i) => {
     const at = (field: string) => [pathOf(i), field].filter(Boolean).join('.');
-    const size = new TextEncoder().encode(JSON.stringify(input.payload ?? {})).length;
+    const size = new TextEncoder().encode(JSON.stringify(input.payload === undefined ? {} : input.payload)).length;
     if (size > deps.config.maxPayloadBytes) {
       tooLarge.push({ path: at('payload'), message: `${size} bytes; at most ${deps.config.maxPayloadBytes}` });
       return;
     }
     try {
-      const payload = deps.registry.validate(input.task, input.payload ?? {}, pathOf(i));
+      const payload = deps.registry.validate(input.task, input.payload === undefined ? {} : input.payload, pathOf(i));
       const row = toNewTask(input, deps.config, payload);
       if (row.backoffMaxMs < row.backoffBaseMs) details.push({ path: at('backoff.max'), message: 'must be at least backoff.base' });
       rows.push(row);
