@@ -13,6 +13,8 @@ const ConfigSchema = z.object({
   SWEEP_BATCH_SIZE: int(1, 100).default(100),
   /** Most scheduled tasks one promote statement makes runnable. */
   PROMOTE_BATCH_SIZE: int(1, 10_000).default(1000),
+  /** Most due schedules one materialization batch (one transaction) takes. */
+  SCHEDULE_BATCH_SIZE: int(1, 10_000).default(500),
   /** Most expired leases one reap statement handles. */
   REAP_BATCH_SIZE: int(1, 10_000).default(500),
   /** Most finished tasks one purge statement deletes. */
@@ -44,6 +46,7 @@ const ConfigSchema = z.object({
 export interface Config {
   sweepBatchSize: number;
   promoteBatchSize: number;
+  scheduleBatchSize: number;
   reapBatchSize: number;
   purgeBatchSize: number;
   sweepTimeBudgetMs: number;
@@ -77,6 +80,7 @@ export function readConfig(vars: Record<string, unknown>): Config {
   return {
     sweepBatchSize: v.SWEEP_BATCH_SIZE,
     promoteBatchSize: v.PROMOTE_BATCH_SIZE,
+    scheduleBatchSize: v.SCHEDULE_BATCH_SIZE,
     reapBatchSize: v.REAP_BATCH_SIZE,
     purgeBatchSize: v.PURGE_BATCH_SIZE,
     sweepTimeBudgetMs: v.SWEEP_TIME_BUDGET_MS,

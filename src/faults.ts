@@ -7,6 +7,7 @@ export type FaultPoint =
   | 'sweep.after_claim' // claimed and committed, nothing sent
   | 'sweep.after_send' // sent to the Queue, dispatched mark not written
   | 'sweep.after_reap'
+  | 'sweep.after_materialize'
   | 'sweep.after_promote'
   | 'consume.after_start' // started, handlers not run
   | 'consume.after_handlers' // side effects done, results not written

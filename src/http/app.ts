@@ -12,6 +12,7 @@ import { onError } from './errors.ts';
 import { validationHook } from './validation.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
+import { registerScheduleRoutes } from './routes/schedules.ts';
 import { registerTaskRoutes } from './routes/tasks.ts';
 
 export interface AppDeps {
@@ -64,6 +65,7 @@ export function createApp(deps: AppDeps): App {
   for (const path of ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues']) app.use(path, tenant);
   app.use('/v1/admin/*', requireAdmin(deps.adminToken));
   registerTaskRoutes(app, deps);
+  registerScheduleRoutes(app, deps);
   registerQueueRoutes(app);
   registerAdminRoutes(app);
 

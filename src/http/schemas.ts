@@ -235,3 +235,94 @@ export const TaskListQuery = z.strictObject({
 export const TaskPageSchema = z
   .object({ tasks: z.array(TaskSchema), nextCursor: z.string().nullable() })
   .openapi('TaskPage');
+
+// ---------------------------------------------------------------------------
+// Schedules
+
+export const ScheduleName = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/, 'letters, digits and _ . : - (at most 128, starting with a letter or digit)')
+  .openapi({ param: { name: 'name', in: 'path' }, example: 'weekly-report' });
+
+const RECURRENCE_UNIT_VALUES = ['minutes', 'hours', 'days', 'weeks', 'months'] as const;
+const KINDS = ['cron', 'interval', 'recurrence', 'at'] as const;
+
+export const ScheduleWriteSchema = z
+  .strictObject({
+    cron: z.string().min(1).max(256).optional().openapi({ description: '5 fields, or 6 with seconds first', example: '0 9 * * MON' }),
+    timezone: z.string().min(1).max(64).optional().openapi({ description: 'IANA zone for cron and recurrence (default UTC)', example: 'Europe/Paris' }),
+    interval: z.int().min(1).max(3_155_760_000).optional().openapi({ description: 'Every N seconds' }),
+    recurrence: z
+      .strictObject({ every: z.int().min(1), unit: z.enum(RECURRENCE_UNIT_VALUES), start: Instant })
+      .optional()
+      .openapi({ description: 'Every N units from start; days, weeks and months follow the local calendar' }),
+    at: Instant.optional().openapi({ description: 'Fire once, at this instant' }),
+    task: TaskType,
+    payload: z.unknown().optional(),
+    queue: QueueName.optional(),
+    maxAttempts: z.int().min(1).max(100).optional(),
+    backoff: z.strictObject({ base: z.number().min(0.001).max(86_400).optional(), max: z.number().min(0.001).max(7 * 86_400).optional() }).optional(),
+    timeout: z.number().min(0.001).max(900).optional(),
+    delivery: z.enum(['at_least_once', 'at_most_once']).optional(),
+    misfire: z.enum(['run_once', 'catch_up', 'skip']).optional(),
+    misfireGrace: z.int().min(0).max(86_400).optional().openapi({ description: 'Seconds a late fire still counts as on time (default 60)' }),
+    catchUpLimit: z.int().min(1).max(1000).optional().openapi({ description: 'Most late fire times catch_up fires or skip records (default 100)' }),
+    overlap: z.enum(['allow', 'skip']).optional(),
+    enabled: z.boolean().optional(),
+  })
+  .superRefine((s, ctx) => {
+    const given = KINDS.filter((k) => s[k] !== undefined);
+    if (given.length === 0) {
+      ctx.addIssue({ code: 'custom', path: ['cron'], message: 'give exactly one of cron, interval, recurrence, at' });
+    }
+    for (const k of given.slice(1)) {
+      ctx.addIssue({ code: 'custom', path: [k], message: `give exactly one of cron, interval, recurrence, at (also got ${given[0]})` });
+    }
+    if (s.timezone !== undefined && s.cron === undefined && s.recurrence === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['timezone'], message: 'only applies to cron and recurrence' });
+    }
+  })
+  .openapi('ScheduleWrite');
+
+export type ScheduleWriteBody = z.infer<typeof ScheduleWriteSchema>;
+
+export const ScheduleSchema = z
+  .object({
+    name: z.string(),
+    kind: z.enum(['cron', 'interval', 'recurrence', 'once']),
+    cron: z.string().nullable(),
+    timezone: z.string(),
+    interval: z.int().nullable(),
+    recurrence: z.object({ every: z.int(), unit: z.enum(RECURRENCE_UNIT_VALUES), start: z.string() }).nullable(),
+    at: z.string().nullable(),
+    task: z.string(),
+    payload: z.unknown(),
+    queue: z.string(),
+    maxAttempts: z.int(),
+    backoff: z.object({ base: z.number(), max: z.number() }),
+    timeout: z.number(),
+    delivery: z.enum(['at_least_once', 'at_most_once']),
+    misfire: z.enum(['run_once', 'catch_up', 'skip']),
+    misfireGrace: z.int(),
+    catchUpLimit: z.int(),
+    overlap: z.enum(['allow', 'skip']),
+    enabled: z.boolean(),
+    nextRunAt: z.string().nullable(),
+    lastFiredAt: z.string().nullable(),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+  })
+  .openapi('Schedule');
+
+export const ScheduleListQuery = z.strictObject({
+  limit: PageLimit,
+  cursor: z.string().max(200).optional().openapi({ description: 'nextCursor of the previous page' }),
+});
+
+export const ScheduleRunsQuery = z.strictObject({
+  status: TaskListQuery.shape.status,
+  limit: PageLimit,
+  cursor: z.string().max(200).optional().openapi({ description: 'nextCursor of the previous page' }),
+});
+
+export const NextQuery = z.strictObject({ count: z.coerce.number().int().min(1).max(100).default(10) });

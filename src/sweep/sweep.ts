@@ -19,6 +19,7 @@ import {
 } from '../db/sql/tasks.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import type { Logger } from '../log.ts';
+import { materializeDueSchedules } from '../schedules/materialize.ts';
 
 /** What a Queue message carries: the task and the epoch it was claimed with. */
 export interface TaskMessage {
@@ -56,6 +57,8 @@ export interface DispatchCounts {
 
 export interface SweepCounts extends DispatchCounts {
   reaped: ReapCounts;
+  /** Schedules materialized, occurrences fired and recorded missed. */
+  materialized: { schedules: number; fired: number; missed: number };
   promoted: number;
   purged: number;
   spentKeysPurged: number;
@@ -177,6 +180,11 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
   budgetExhausted ||= reap.exhausted;
   await faults('sweep.after_reap');
 
+  // 2. Materialize due schedules into occurrences (look-ahead included).
+  const materialized = await materializeDueSchedules({ db, config, log: deps.log }, { now, deadline, elapsed });
+  budgetExhausted ||= materialized.budgetExhausted;
+  await faults('sweep.after_materialize');
+
   // 3. Promote due scheduled tasks (look-ahead included).
   const promote = await drain(
     () => promoteDueTasks(db, { now, lookaheadSeconds: config.lookaheadSeconds, limit: config.promoteBatchSize }),
@@ -206,5 +214,14 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
   } else budgetExhausted = true;
 
   const { budgetExhausted: _, ...dispatchCounts } = dispatched;
-  return { reaped, promoted: promote.total, ...dispatchCounts, purged, spentKeysPurged, budgetExhausted };
+  const { budgetExhausted: __, ...scheduleCounts } = materialized;
+  return {
+    reaped,
+    materialized: scheduleCounts,
+    promoted: promote.total,
+    ...dispatchCounts,
+    purged,
+    spentKeysPurged,
+    budgetExhausted,
+  };
 }

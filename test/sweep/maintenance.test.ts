@@ -131,9 +131,10 @@ describe('bounds', () => {
     counted.reset();
     await hc.consume(hc.outbox.take().map((m) => m.body), { now: T0 });
     expect(counted.counts.byName).toEqual({ tasks_start_if_claimed: 1, tasks_finish_if_running: 1 });
-    // reap, promote, list queues, claim (full batch, so one more empty claim), mark, purge
+    // reap, due schedules, promote, list queues, claim (full batch, so one more empty claim), mark, purge
     expect(sweepCounts).toEqual({
       tasks_reap_expired: 1,
+      schedules_lock_due: 1,
       tasks_promote_due: 1,
       queues_list_claimable: 1,
       tasks_claim_runnable: 2,

@@ -1,0 +1,287 @@
+// Schedule statements: the API's reads and writes (always scoped by tenant),
+// and the materializer's two per-batch statements.
+import type { Queryable } from '../seam.ts';
+import { sql } from '../seam.ts';
+import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from '../../schedules/model.ts';
+import { TASK_COLUMNS, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
+
+type Now = Date | null | undefined;
+const at = (now: Now) => now ?? null;
+
+const dbNow = sql('clock_now', `select coalesce($1::timestamptz, now()) as now`);
+
+/** The database clock (or the override), for computations done in TypeScript. */
+export async function databaseNow(q: Queryable, now?: Now): Promise<Date> {
+  return (await q.query<{ now: Date }>(dbNow, [at(now)]))[0]!.now;
+}
+
+const schedulesGetForUpdate = sql(
+  'schedules_get_for_update',
+  `select ${SCHEDULE_COLUMNS} from schedules where tenant = $1::text and name = $2::text for update`,
+);
+
+export async function getScheduleForUpdate(q: Queryable, tenant: string, name: string): Promise<Schedule | null> {
+  const rows = await q.query<ScheduleRow>(schedulesGetForUpdate, [tenant, name]);
+  return rows[0] ? scheduleFromRow(rows[0]) : null;
+}
+
+const schedulesGet = sql('schedules_get', `select ${SCHEDULE_COLUMNS} from schedules where tenant = $1::text and name = $2::text`);
+
+export async function getSchedule(q: Queryable, tenant: string, name: string): Promise<Schedule | null> {
+  const rows = await q.query<ScheduleRow>(schedulesGet, [tenant, name]);
+  return rows[0] ? scheduleFromRow(rows[0]) : null;
+}
+
+export type ScheduleWrite = Omit<Schedule, 'id' | 'createdAt' | 'updatedAt' | 'lastFiredAt'>;
+
+/**
+ * Creates or replaces a schedule by (tenant, name). A replacement keeps its
+ * id, creation time and last fire; occurrences already made keep their
+ * payload snapshot. The queue's row is created with it, so its occurrences
+ * can be claimed.
+ */
+const schedulesUpsert = sql(
+  'schedules_upsert',
+  `with known_queue as (insert into queues (name) values ($9::text) on conflict do nothing)
+   insert into schedules as s (tenant, name, kind, cron, timezone, interval_seconds, recurrence_every,
+     recurrence_unit, recurrence_start, fire_at, task, payload, queue, max_attempts, options, misfire,
+     misfire_grace_seconds, catch_up_limit, overlap, enabled, next_run_at, created_at, updated_at)
+   values ($2::text, $3::text, $4::text, $5::text, $6::text, $7::int, $8::int, $10::text, $11::timestamptz,
+     $12::timestamptz, $13::text, $14::jsonb, $9::text, $15::int, $16::jsonb, $17::text, $18::int, $19::int,
+     $20::text, $21::boolean, $22::timestamptz, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()))
+   on conflict (tenant, name) do update set
+     kind = excluded.kind, cron = excluded.cron, timezone = excluded.timezone,
+     interval_seconds = excluded.interval_seconds, recurrence_every = excluded.recurrence_every,
+     recurrence_unit = excluded.recurrence_unit, recurrence_start = excluded.recurrence_start,
+     fire_at = excluded.fire_at, task = excluded.task, payload = excluded.payload, queue = excluded.queue,
+     max_attempts = excluded.max_attempts, options = excluded.options, misfire = excluded.misfire,
+     misfire_grace_seconds = excluded.misfire_grace_seconds, catch_up_limit = excluded.catch_up_limit,
+     overlap = excluded.overlap, enabled = excluded.enabled, next_run_at = excluded.next_run_at,
+     updated_at = excluded.updated_at
+   returning ${SCHEDULE_COLUMNS.split(',').map((c) => `s.${c.trim()}`).join(', ')}, (s.xmax = 0) as created`,
+);
+
+export async function upsertSchedule(q: Queryable, w: ScheduleWrite, now?: Now): Promise<{ schedule: Schedule; created: boolean }> {
+  const rows = await q.query<ScheduleRow & { created: boolean }>(schedulesUpsert, [
+    at(now),
+    w.tenant,
+    w.name,
+    w.kind,
+    w.cron,
+    w.timezone,
+    w.intervalSeconds,
+    w.recurrenceEvery,
+    w.queue,
+    w.recurrenceUnit,
+    w.anchor,
+    w.fireAt,
+    w.task,
+    JSON.stringify(w.payload),
+    w.maxAttempts,
+    JSON.stringify(w.options),
+    w.misfire,
+    w.misfireGraceSeconds,
+    w.catchUpLimit,
+    w.overlap,
+    w.enabled,
+    w.nextRunAt,
+  ]);
+  return { schedule: scheduleFromRow(rows[0]!), created: rows[0]!.created };
+}
+
+const schedulesList = sql(
+  'schedules_list_for_tenant',
+  `select ${SCHEDULE_COLUMNS} from schedules
+   where tenant = $1::text and ($2::text is null or name > $2::text)
+   order by name limit $3::int`,
+);
+
+export async function listSchedules(q: Queryable, tenant: string, p: { afterName?: string; limit: number }): Promise<Schedule[]> {
+  const rows = await q.query<ScheduleRow>(schedulesList, [tenant, p.afterName ?? null, p.limit]);
+  return rows.map(scheduleFromRow);
+}
+
+/** Pause (enabled = false) or resume; next_run_at is kept, so a resume applies the misfire policy. */
+const schedulesSetEnabled = sql(
+  'schedules_set_enabled',
+  `update schedules set enabled = $3::boolean, updated_at = coalesce($1::timestamptz, now())
+   where tenant = $2::text and name = $4::text
+   returning ${SCHEDULE_COLUMNS}`,
+);
+
+export async function setScheduleEnabled(
+  q: Queryable,
+  p: { now?: Now; tenant: string; name: string; enabled: boolean },
+): Promise<Schedule | null> {
+  const rows = await q.query<ScheduleRow>(schedulesSetEnabled, [at(p.now), p.tenant, p.enabled, p.name]);
+  return rows[0] ? scheduleFromRow(rows[0]) : null;
+}
+
+/**
+ * Cancels a schedule's occurrences that have not started. Runs in the delete's
+ * transaction, before the row goes (the foreign key then unlinks the rest).
+ */
+const schedulesCancelPending = sql(
+  'schedules_cancel_pending_occurrences',
+  `update tasks t set status = 'cancelled', finished_at = coalesce($1::timestamptz, now()),
+                      lease_expires_at = null, updated_at = coalesce($1::timestamptz, now())
+   from schedules s
+   where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id
+     and (t.status in ('scheduled', 'queued') or (t.status = 'running' and t.started_at is null))
+   returning t.id`,
+);
+
+export async function cancelPendingOccurrences(q: Queryable, p: { now?: Now; tenant: string; name: string }): Promise<number> {
+  return (await q.query(schedulesCancelPending, [at(p.now), p.tenant, p.name])).length;
+}
+
+const schedulesDelete = sql(
+  'schedules_delete',
+  `delete from schedules where tenant = $1::text and name = $2::text returning ${SCHEDULE_COLUMNS}`,
+);
+
+export async function deleteScheduleRow(q: Queryable, p: { tenant: string; name: string }): Promise<Schedule | null> {
+  const rows = await q.query<ScheduleRow>(schedulesDelete, [p.tenant, p.name]);
+  return rows[0] ? scheduleFromRow(rows[0]) : null;
+}
+
+/** A schedule's occurrences, newest fire time first, keyset on scheduled_for. */
+const schedulesListRuns = sql(
+  'schedules_list_runs',
+  `select ${TASK_COLUMNS} from tasks
+   where tenant = $1::text and schedule_id = $2::bigint
+     and ($3::timestamptz is null or scheduled_for < $3::timestamptz)
+     and ($4::text[] is null or status = any($4::text[]))
+   order by scheduled_for desc
+   limit $5::int`,
+);
+
+export async function listScheduleRuns(
+  q: Queryable,
+  tenant: string,
+  scheduleId: string,
+  p: { before?: Date; statuses?: readonly string[]; limit: number },
+): Promise<Task[]> {
+  const rows = await q.query<TaskRow>(schedulesListRuns, [
+    tenant,
+    scheduleId,
+    p.before ?? null,
+    p.statuses && p.statuses.length > 0 ? p.statuses : null,
+    p.limit,
+  ]);
+  return rows.map(taskFromRow);
+}
+
+// ---------------------------------------------------------------------------
+// Materialization
+
+export interface DueSchedule {
+  schedule: Schedule;
+  /** A previous occurrence has not finished (for overlap = skip). */
+  busy: boolean;
+  /** The database clock (or the override) when the batch was locked. */
+  now: Date;
+}
+
+/**
+ * Locks a bounded batch of due schedules (SKIP LOCKED: concurrent sweeps take
+ * disjoint batches). Due means next_run_at within the look-ahead, except for
+ * overlap = skip schedules, which are only materialized once due: whether the
+ * previous run finished is only known then.
+ */
+const schedulesLockDue = sql(
+  'schedules_lock_due',
+  `select ${SCHEDULE_COLUMNS.split(',').map((c) => `s.${c.trim()}`).join(', ')},
+          exists (select 1 from tasks t where t.schedule_id = s.id
+                  and t.status in ('scheduled', 'queued', 'running')) as busy,
+          coalesce($1::timestamptz, now()) as db_now
+   from schedules s
+   where s.enabled and s.next_run_at is not null
+     and s.next_run_at <= coalesce($1::timestamptz, now()) + make_interval(secs => $2::int)
+     and (s.overlap = 'allow' or s.next_run_at <= coalesce($1::timestamptz, now()))
+   order by s.next_run_at
+   limit $3::int
+   for update of s skip locked`,
+);
+
+export async function lockDueSchedules(
+  q: Queryable,
+  p: { now?: Now; lookaheadSeconds: number; limit: number },
+): Promise<DueSchedule[]> {
+  const rows = await q.query<ScheduleRow & { busy: boolean; db_now: Date }>(schedulesLockDue, [at(p.now), p.lookaheadSeconds, p.limit]);
+  return rows.map((r) => ({ schedule: scheduleFromRow(r), busy: r.busy, now: r.db_now }));
+}
+
+export interface Occurrence {
+  scheduleId: string;
+  scheduledFor: Date;
+  /** `scheduled`: to run at scheduledFor; `missed`: recorded, never run. */
+  status: 'scheduled' | 'missed';
+  note: string | null;
+}
+
+export interface ScheduleAdvance {
+  id: string;
+  nextRunAt: Date | null;
+  lastFiredAt: Date | null;
+}
+
+/**
+ * Writes a batch's occurrences and advances its schedules in one statement.
+ * Each occurrence is a task carrying a snapshot of the schedule's payload;
+ * ON CONFLICT on (schedule_id, scheduled_for) makes a fire time that another
+ * sweep (or an earlier, cut-off run of this one) already wrote a no-op.
+ */
+const schedulesFireOccurrences = sql(
+  'schedules_fire_occurrences',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   occ as (
+     select * from unnest($2::bigint[], $3::timestamptz[], $4::text[], $5::text[])
+       as o(schedule_id, scheduled_for, status, note)
+   ),
+   known_queues as (
+     insert into queues (name)
+     select distinct s.queue from occ join schedules s on s.id = occ.schedule_id order by 1
+     on conflict do nothing
+   ),
+   inserted as (
+     insert into tasks (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
+                        backoff_max_ms, timeout_ms, delivery, schedule_id, scheduled_for, finished_at,
+                        last_error, created_at, updated_at)
+     select s.tenant, s.queue, s.task, s.payload, o.status, o.scheduled_for, s.max_attempts,
+            (s.options->>'backoffBaseMs')::int, (s.options->>'backoffMaxMs')::int, (s.options->>'timeoutMs')::int,
+            s.options->>'delivery', s.id, o.scheduled_for,
+            case when o.status = 'missed' then clock.now end, o.note, clock.now, clock.now
+     from occ o join schedules s on s.id = o.schedule_id, clock
+     order by o.scheduled_for
+     on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing
+     returning status
+   ),
+   advanced as (
+     update schedules s set next_run_at = u.next_run_at,
+                            last_fired_at = coalesce(u.last_fired_at, s.last_fired_at),
+                            updated_at = clock.now
+     from unnest($6::bigint[], $7::timestamptz[], $8::timestamptz[]) as u(id, next_run_at, last_fired_at), clock
+     where s.id = u.id
+   )
+   select count(*) filter (where status = 'scheduled')::int as fired,
+          count(*) filter (where status = 'missed')::int as missed
+   from inserted`,
+);
+
+export async function fireOccurrences(
+  q: Queryable,
+  p: { now?: Now; occurrences: readonly Occurrence[]; advances: readonly ScheduleAdvance[] },
+): Promise<{ fired: number; missed: number }> {
+  const rows = await q.query<{ fired: number; missed: number }>(schedulesFireOccurrences, [
+    at(p.now),
+    p.occurrences.map((o) => o.scheduleId),
+    p.occurrences.map((o) => o.scheduledFor),
+    p.occurrences.map((o) => o.status),
+    p.occurrences.map((o) => o.note),
+    p.advances.map((a) => a.id),
+    p.advances.map((a) => a.nextRunAt),
+    p.advances.map((a) => a.lastFiredAt),
+  ]);
+  return rows[0] ?? { fired: 0, missed: 0 };
+}

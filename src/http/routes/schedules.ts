@@ -1,0 +1,195 @@
+// /v1/schedules: recurring and future work, scoped to the caller's tenant.
+import { createRoute, z } from '@hono/zod-openapi';
+import { databaseNow, getSchedule, listScheduleRuns, listSchedules, setScheduleEnabled } from '../../db/sql/schedules.ts';
+import { invalid, notFound } from '../../errors.ts';
+import { specOf, type Schedule } from '../../schedules/model.ts';
+import { nextFireTimes } from '../../schedules/recurrence.ts';
+import { deleteSchedule, putSchedule } from '../../schedules/service.ts';
+import type { App, AppDeps } from '../app.ts';
+import {
+  NextQuery,
+  ScheduleListQuery,
+  ScheduleName,
+  ScheduleRunsQuery,
+  ScheduleSchema,
+  ScheduleWriteSchema,
+  TaskPageSchema,
+  taskJson,
+} from '../schemas.ts';
+import { commonErrors, json, jsonBody, notFoundError } from './common.ts';
+
+const NameParam = z.object({ name: ScheduleName });
+const iso = (d: Date | null) => (d ? d.toISOString() : null);
+
+export function scheduleJson(s: Schedule) {
+  return {
+    name: s.name,
+    kind: s.kind,
+    cron: s.cron,
+    timezone: s.timezone,
+    interval: s.intervalSeconds,
+    recurrence:
+      s.kind === 'recurrence' ? { every: s.recurrenceEvery!, unit: s.recurrenceUnit!, start: s.anchor!.toISOString() } : null,
+    at: iso(s.fireAt),
+    task: s.task,
+    payload: s.payload,
+    queue: s.queue,
+    maxAttempts: s.maxAttempts,
+    backoff: { base: s.options.backoffBaseMs / 1000, max: s.options.backoffMaxMs / 1000 },
+    timeout: s.options.timeoutMs / 1000,
+    delivery: s.options.delivery,
+    misfire: s.misfire,
+    misfireGrace: s.misfireGraceSeconds,
+    catchUpLimit: s.catchUpLimit,
+    overlap: s.overlap,
+    enabled: s.enabled,
+    nextRunAt: iso(s.nextRunAt),
+    lastFiredAt: iso(s.lastFiredAt),
+    createdAt: s.createdAt.toISOString(),
+    updatedAt: s.updatedAt.toISOString(),
+  };
+}
+
+const cursorOf = (value: string) => btoa(value).replace(/=+$/, '');
+function fromCursor(cursor: string, path = 'cursor'): string {
+  try {
+    return atob(cursor);
+  } catch {
+    throw invalid(`${path}: not a cursor from a previous page`, [{ path, message: 'not a cursor from a previous page' }]);
+  }
+}
+
+const routes = {
+  put: createRoute({
+    method: 'put',
+    path: '/v1/schedules/{name}',
+    summary: 'Create or replace a schedule',
+    request: { params: NameParam, ...jsonBody(ScheduleWriteSchema) },
+    responses: { 201: json(ScheduleSchema, 'Created'), 200: json(ScheduleSchema, 'Replaced'), ...commonErrors },
+  }),
+  list: createRoute({
+    method: 'get',
+    path: '/v1/schedules',
+    summary: 'List schedules by name',
+    request: { query: ScheduleListQuery },
+    responses: {
+      200: json(z.object({ schedules: z.array(ScheduleSchema), nextCursor: z.string().nullable() }).openapi('SchedulePage'), 'A page'),
+      ...commonErrors,
+    },
+  }),
+  get: createRoute({
+    method: 'get',
+    path: '/v1/schedules/{name}',
+    summary: 'Get a schedule',
+    request: { params: NameParam },
+    responses: { 200: json(ScheduleSchema, 'The schedule'), ...commonErrors, ...notFoundError('schedule') },
+  }),
+  delete: createRoute({
+    method: 'delete',
+    path: '/v1/schedules/{name}',
+    summary: 'Delete a schedule; its occurrences that have not started are cancelled',
+    request: { params: NameParam },
+    responses: { 200: json(ScheduleSchema, 'Deleted'), ...commonErrors, ...notFoundError('schedule') },
+  }),
+  pause: createRoute({
+    method: 'post',
+    path: '/v1/schedules/{name}/pause',
+    summary: 'Pause a schedule',
+    request: { params: NameParam },
+    responses: { 200: json(ScheduleSchema, 'Paused'), ...commonErrors, ...notFoundError('schedule') },
+  }),
+  resume: createRoute({
+    method: 'post',
+    path: '/v1/schedules/{name}/resume',
+    summary: 'Resume a schedule; fire times missed meanwhile follow its misfire policy',
+    request: { params: NameParam },
+    responses: { 200: json(ScheduleSchema, 'Resumed'), ...commonErrors, ...notFoundError('schedule') },
+  }),
+  next: createRoute({
+    method: 'get',
+    path: '/v1/schedules/{name}/next',
+    summary: 'Preview upcoming fire times',
+    request: { params: NameParam, query: NextQuery },
+    responses: {
+      200: json(z.object({ times: z.array(z.string()) }).openapi('FireTimes'), 'Upcoming fire times'),
+      ...commonErrors,
+      ...notFoundError('schedule'),
+    },
+  }),
+  runs: createRoute({
+    method: 'get',
+    path: '/v1/schedules/{name}/runs',
+    summary: "A schedule's occurrences, newest fire time first",
+    request: { params: NameParam, query: ScheduleRunsQuery },
+    responses: { 200: json(TaskPageSchema, 'A page of occurrences'), ...commonErrors, ...notFoundError('schedule') },
+  }),
+};
+
+export function registerScheduleRoutes(app: App, deps: AppDeps): void {
+  app.openapi(routes.put, async (c) => {
+    const b = c.req.valid('json');
+    const { schedule, created } = await putSchedule(
+      { db: c.env.db, config: deps.config, registry: deps.registry },
+      c.var.tenant,
+      c.req.valid('param').name,
+      { ...b, at: b.at !== undefined ? new Date(b.at) : undefined, recurrence: b.recurrence && { ...b.recurrence, start: new Date(b.recurrence.start) } },
+      c.env.now,
+    );
+    return c.json(scheduleJson(schedule), created ? 201 : 200);
+  });
+
+  app.openapi(routes.list, async (c) => {
+    const q = c.req.valid('query');
+    const limit = q.limit ?? 50;
+    const rows = await listSchedules(c.env.db, c.var.tenant, { afterName: q.cursor ? fromCursor(q.cursor) : undefined, limit: limit + 1 });
+    const page = rows.slice(0, limit);
+    return c.json({ schedules: page.map(scheduleJson), nextCursor: rows.length > limit ? cursorOf(page.at(-1)!.name) : null }, 200);
+  });
+
+  app.openapi(routes.get, async (c) => {
+    const s = await getSchedule(c.env.db, c.var.tenant, c.req.valid('param').name);
+    if (!s) throw notFound('schedule');
+    return c.json(scheduleJson(s), 200);
+  });
+
+  app.openapi(routes.delete, async (c) => {
+    const deleted = await deleteSchedule(c.env.db, c.var.tenant, c.req.valid('param').name, c.env.now);
+    if (!deleted) throw notFound('schedule');
+    return c.json(scheduleJson(deleted), 200);
+  });
+
+  for (const [route, enabled] of [
+    [routes.pause, false],
+    [routes.resume, true],
+  ] as const) {
+    app.openapi(route, async (c) => {
+      const s = await setScheduleEnabled(c.env.db, { now: c.env.now, tenant: c.var.tenant, name: c.req.valid('param').name, enabled });
+      if (!s) throw notFound('schedule');
+      return c.json(scheduleJson(s), 200);
+    });
+  }
+
+  app.openapi(routes.next, async (c) => {
+    const s = await getSchedule(c.env.db, c.var.tenant, c.req.valid('param').name);
+    if (!s) throw notFound('schedule');
+    const now = await databaseNow(c.env.db, c.env.now);
+    const from = s.nextRunAt && s.nextRunAt > now ? new Date(s.nextRunAt.getTime() - 1) : new Date(now.getTime() - 1);
+    const times = nextFireTimes(specOf(s), from, c.req.valid('query').count ?? 10);
+    return c.json({ times: times.map((t) => t.toISOString()) }, 200);
+  });
+
+  app.openapi(routes.runs, async (c) => {
+    const s = await getSchedule(c.env.db, c.var.tenant, c.req.valid('param').name);
+    if (!s) throw notFound('schedule');
+    const q = c.req.valid('query');
+    const limit = q.limit ?? 50;
+    let before: Date | undefined;
+    if (q.cursor) {
+      before = new Date(fromCursor(q.cursor));
+      if (Number.isNaN(before.getTime())) throw invalid('cursor: not a cursor from a previous page', [{ path: 'cursor', message: 'not a cursor from a previous page' }]);
+    }
+    const rows = await listScheduleRuns(c.env.db, c.var.tenant, s.id, { before, statuses: q.status?.split(','), limit: limit + 1 });
+    const page = rows.slice(0, limit);
+    return c.json({ tasks: page.map(taskJson), nextCursor: rows.length > limit ? cursorOf(page.at(-1)!.scheduledFor!.toISOString()) : null }, 200);
+  });
+}

@@ -1,0 +1,120 @@
+// A schedule as the core sees it, and the one place its columns are mapped.
+import type { Delivery } from '../tasks/model.ts';
+import type { RecurrenceUnit, ScheduleSpec } from './recurrence.ts';
+
+export type ScheduleKind = 'cron' | 'interval' | 'recurrence' | 'once';
+export type MisfirePolicy = 'run_once' | 'catch_up' | 'skip';
+export type OverlapPolicy = 'allow' | 'skip';
+
+/** What every occurrence task inherits, resolved against the defaults when the schedule was written. */
+export interface OccurrenceOptions {
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+  timeoutMs: number;
+  delivery: Delivery;
+}
+
+export interface Schedule {
+  id: string;
+  tenant: string;
+  name: string;
+  kind: ScheduleKind;
+  cron: string | null;
+  timezone: string;
+  intervalSeconds: number | null;
+  recurrenceEvery: number | null;
+  recurrenceUnit: RecurrenceUnit | null;
+  /** recurrence: the first occurrence; interval: the anchor of its rhythm. */
+  anchor: Date | null;
+  fireAt: Date | null;
+  task: string;
+  payload: unknown;
+  queue: string;
+  maxAttempts: number;
+  options: OccurrenceOptions;
+  misfire: MisfirePolicy;
+  misfireGraceSeconds: number;
+  catchUpLimit: number;
+  overlap: OverlapPolicy;
+  enabled: boolean;
+  nextRunAt: Date | null;
+  lastFiredAt: Date | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+export const SCHEDULE_COLUMNS = `id, tenant, name, kind, cron, timezone, interval_seconds, recurrence_every,
+  recurrence_unit, recurrence_start, fire_at, task, payload, queue, max_attempts, options, misfire,
+  misfire_grace_seconds, catch_up_limit, overlap, enabled, next_run_at, last_fired_at, created_at, updated_at`;
+
+export interface ScheduleRow {
+  id: string;
+  tenant: string;
+  name: string;
+  kind: ScheduleKind;
+  cron: string | null;
+  timezone: string;
+  interval_seconds: number | null;
+  recurrence_every: number | null;
+  recurrence_unit: RecurrenceUnit | null;
+  recurrence_start: Date | null;
+  fire_at: Date | null;
+  task: string;
+  payload: unknown;
+  queue: string;
+  max_attempts: number;
+  options: OccurrenceOptions;
+  misfire: MisfirePolicy;
+  misfire_grace_seconds: number;
+  catch_up_limit: number;
+  overlap: OverlapPolicy;
+  enabled: boolean;
+  next_run_at: Date | null;
+  last_fired_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export function scheduleFromRow(r: ScheduleRow): Schedule {
+  return {
+    id: String(r.id),
+    tenant: r.tenant,
+    name: r.name,
+    kind: r.kind,
+    cron: r.cron,
+    timezone: r.timezone,
+    intervalSeconds: r.interval_seconds,
+    recurrenceEvery: r.recurrence_every,
+    recurrenceUnit: r.recurrence_unit,
+    anchor: r.recurrence_start,
+    fireAt: r.fire_at,
+    task: r.task,
+    payload: r.payload,
+    queue: r.queue,
+    maxAttempts: r.max_attempts,
+    options: r.options,
+    misfire: r.misfire,
+    misfireGraceSeconds: r.misfire_grace_seconds,
+    catchUpLimit: r.catch_up_limit,
+    overlap: r.overlap,
+    enabled: r.enabled,
+    nextRunAt: r.next_run_at,
+    lastFiredAt: r.last_fired_at,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+  };
+}
+
+/** The recurrence maths' view of a schedule. */
+export function specOf(s: Pick<Schedule, 'kind' | 'cron' | 'timezone' | 'intervalSeconds' | 'recurrenceEvery' | 'recurrenceUnit' | 'anchor' | 'fireAt'>): ScheduleSpec {
+  switch (s.kind) {
+    case 'cron':
+      return { kind: 'cron', cron: s.cron!, timezone: s.timezone };
+    case 'interval':
+      return { kind: 'interval', intervalSeconds: s.intervalSeconds!, anchor: s.anchor! };
+    case 'recurrence':
+      return { kind: 'recurrence', every: s.recurrenceEvery!, unit: s.recurrenceUnit!, start: s.anchor!, timezone: s.timezone };
+    case 'once':
+      return { kind: 'once', at: s.fireAt! };
+  }
+}

@@ -1,0 +1,137 @@
+// Schedules as the API sees them: create or replace, read, pause, resume,
+// delete, preview. Occurrences come from the materializer.
+import type { Config } from '../config.ts';
+import type { Db } from '../db/seam.ts';
+import {
+  cancelPendingOccurrences,
+  databaseNow,
+  deleteScheduleRow,
+  getScheduleForUpdate,
+  upsertSchedule,
+  type ScheduleWrite,
+} from '../db/sql/schedules.ts';
+import { AppError, invalid, type ErrorDetail } from '../errors.ts';
+import type { Registry } from '../handlers/registry.ts';
+import type { Delivery } from '../tasks/model.ts';
+import type { MisfirePolicy, OverlapPolicy, Schedule } from './model.ts';
+import { specOf } from './model.ts';
+import { nextFireTime, validateSpec, type RecurrenceUnit } from './recurrence.ts';
+
+export interface ScheduleInput {
+  cron?: string;
+  timezone?: string;
+  interval?: number;
+  recurrence?: { every: number; unit: RecurrenceUnit; start: Date };
+  at?: Date;
+  task: string;
+  payload?: unknown;
+  queue?: string;
+  maxAttempts?: number;
+  backoff?: { base?: number; max?: number };
+  timeout?: number;
+  delivery?: Delivery;
+  misfire?: MisfirePolicy;
+  misfireGrace?: number;
+  catchUpLimit?: number;
+  overlap?: OverlapPolicy;
+  enabled?: boolean;
+}
+
+export interface ScheduleDeps {
+  db: Db;
+  config: Config;
+  registry: Registry;
+}
+
+/**
+ * A new schedule's first fire time: a cron or recurrence time at or after
+ * `now`; an interval one period after its anchor; a one-shot's own instant,
+ * even if past (it then fires once, as a late fire).
+ */
+export function firstRunAt(s: Parameters<typeof specOf>[0], now: Date): Date | null {
+  if (s.kind === 'once') return s.fireAt;
+  return nextFireTime(specOf(s), s.kind === 'interval' ? now : new Date(now.getTime() - 1));
+}
+
+/**
+ * Creates or replaces the schedule `name`. Idempotent: the same body twice
+ * leaves the same schedule. A replacement changes future occurrences only;
+ * an interval keeps its rhythm unless the interval itself changed.
+ */
+export async function putSchedule(
+  deps: ScheduleDeps,
+  tenant: string,
+  name: string,
+  input: ScheduleInput,
+  now?: Date,
+): Promise<{ schedule: Schedule; created: boolean }> {
+  const { config } = deps;
+  const kind = input.cron !== undefined ? 'cron' : input.interval !== undefined ? 'interval' : input.recurrence ? 'recurrence' : 'once';
+  const details: ErrorDetail[] = [];
+  let payload: unknown;
+  try {
+    payload = deps.registry.validate(input.task, input.payload === undefined ? {} : input.payload, '');
+  } catch (error) {
+    if (!(error instanceof AppError) || !error.details) throw error;
+    details.push(...error.details);
+  }
+  const baseMs = input.backoff?.base !== undefined ? Math.round(input.backoff.base * 1000) : config.defaultBackoffBaseMs;
+  const maxMs = input.backoff?.max !== undefined ? Math.round(input.backoff.max * 1000) : Math.max(config.defaultBackoffMaxMs, baseMs);
+  if (maxMs < baseMs) details.push({ path: 'backoff.max', message: 'must be at least backoff.base' });
+  const timezone = input.timezone ?? 'UTC';
+  // The anchor is settled below (it may depend on the stored schedule); any valid instant checks the rest.
+  const probe = {
+    kind,
+    cron: input.cron ?? null,
+    timezone,
+    intervalSeconds: input.interval ?? null,
+    recurrenceEvery: input.recurrence?.every ?? null,
+    recurrenceUnit: input.recurrence?.unit ?? null,
+    anchor: input.recurrence?.start ?? new Date(0),
+    fireAt: input.at ?? null,
+  } as const;
+  details.push(...validateSpec(specOf(probe)).filter((d) => d.path !== 'anchor'));
+  if (details.length > 0) throw invalid(details.length === 1 ? `${details[0]!.path}: ${details[0]!.message}` : 'invalid schedule', details);
+
+  return deps.db.transaction(async (tx) => {
+    const clock = await databaseNow(tx, now);
+    const existing = await getScheduleForUpdate(tx, tenant, name);
+    const anchor =
+      kind === 'interval'
+        ? existing?.kind === 'interval' && existing.intervalSeconds === input.interval
+          ? existing.anchor!
+          : clock
+        : probe.anchor;
+    const spec = { ...probe, anchor: kind === 'cron' || kind === 'once' ? null : anchor };
+    const write: ScheduleWrite = {
+      tenant,
+      name,
+      ...spec,
+      task: input.task,
+      payload,
+      queue: input.queue ?? 'default',
+      maxAttempts: input.maxAttempts ?? config.defaultMaxAttempts,
+      options: {
+        backoffBaseMs: baseMs,
+        backoffMaxMs: maxMs,
+        timeoutMs: input.timeout !== undefined ? Math.round(input.timeout * 1000) : config.defaultTimeoutMs,
+        delivery: input.delivery ?? 'at_least_once',
+      },
+      misfire: input.misfire ?? 'run_once',
+      misfireGraceSeconds: input.misfireGrace ?? 60,
+      catchUpLimit: input.catchUpLimit ?? 100,
+      overlap: input.overlap ?? 'allow',
+      enabled: input.enabled ?? true,
+      nextRunAt: firstRunAt({ ...spec, anchor }, clock),
+    };
+    return upsertSchedule(tx, write, now);
+  });
+}
+
+/** Deletes a schedule; its occurrences that have not started are cancelled, the rest kept as history. */
+export async function deleteSchedule(db: Db, tenant: string, name: string, now?: Date): Promise<Schedule | null> {
+  return db.transaction(async (tx) => {
+    await cancelPendingOccurrences(tx, { now, tenant, name });
+    return deleteScheduleRow(tx, { tenant, name });
+  });
+}

@@ -1,0 +1,138 @@
+// /v1/schedules over the real app and database.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { createHarness } from '../helpers/harness.ts';
+import { createTestApi } from '../helpers/http.ts';
+
+const T0 = new Date('2026-12-01T12:00:00.000Z');
+let t: TestDatabase;
+let api: ReturnType<typeof createTestApi>;
+const as = (tenant: string) => ({ tenant });
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+});
+afterAll(() => t.close());
+beforeEach(async () => {
+  await t.db.query('truncate tasks, tenants, queues, task_events, schedules restart identity cascade');
+  api = createTestApi(t.db);
+  api.setNow(T0);
+});
+
+describe('PUT /v1/schedules/:name', () => {
+  it('creates (201), then replaces idempotently (200), with defaults filled in', async () => {
+    const body = { cron: '0 9 * * MON', timezone: 'Europe/Paris', task: 'noop', payload: { report: 'weekly' } };
+    const a = await api.admin('PUT', '/v1/schedules/weekly', { ...as('acme'), body });
+    expect(a.status).toBe(201);
+    expect(a.body).toMatchObject({
+      name: 'weekly',
+      kind: 'cron',
+      cron: '0 9 * * MON',
+      timezone: 'Europe/Paris',
+      queue: 'default',
+      maxAttempts: 5,
+      misfire: 'run_once',
+      misfireGrace: 60,
+      catchUpLimit: 100,
+      overlap: 'allow',
+      enabled: true,
+      // Monday 2026-12-07 09:00 in Paris (UTC+1).
+      nextRunAt: '2026-12-07T08:00:00.000Z',
+      lastFiredAt: null,
+    });
+    const b = await api.admin('PUT', '/v1/schedules/weekly', { ...as('acme'), body });
+    expect(b.status).toBe(200);
+    expect({ ...b.body, updatedAt: a.body.updatedAt }).toEqual(a.body);
+    const count = await t.db.query<{ n: number }>('select count(*)::int as n from schedules');
+    expect(count[0]!.n).toBe(1);
+  });
+
+  it('answers 400 naming the field for invalid specs, and stores nothing', async () => {
+    const cases: [Record<string, unknown>, string][] = [
+      [{ cron: 'every monday' }, 'cron'],
+      [{ cron: '61 * * * *' }, 'cron'],
+      [{ cron: '* * * * *', timezone: 'Mars/Olympus_Mons' }, 'timezone'],
+      [{ interval: 0 }, 'interval'],
+      [{ interval: -5 }, 'interval'],
+      [{ interval: 1.5 }, 'interval'],
+      [{ cron: '* * * * *', interval: 60 }, 'interval'],
+      [{}, 'cron'],
+      [{ interval: 60, timezone: 'UTC' }, 'timezone'],
+      [{ recurrence: { every: 0, unit: 'days', start: '2026-12-01T09:00:00Z' } }, 'recurrence.every'],
+      [{ recurrence: { every: 1, unit: 'fortnights', start: '2026-12-01T09:00:00Z' } }, 'recurrence.unit'],
+      [{ recurrence: { every: 1, unit: 'days', start: 'soon' } }, 'recurrence.start'],
+      [{ at: 'tomorrow' }, 'at'],
+      [{ cron: '* * * * *', misfire: 'sometimes' }, 'misfire'],
+      [{ cron: '* * * * *', overlap: 'maybe' }, 'overlap'],
+      [{ cron: '* * * * *', catchUpLimit: 0 }, 'catchUpLimit'],
+      [{ cron: '* * * * *', task: 'nope' }, 'task'],
+      [{ cron: '* * * * *', task: 'http', payload: { url: 'http://127.0.0.1/' } }, 'payload.url'],
+      [{ cron: '* * * * *', surprise: true }, 'surprise'],
+    ];
+    for (const [body, field] of cases) {
+      const r = await api.admin('PUT', '/v1/schedules/bad', { ...as('acme'), body: { task: 'noop', ...body } });
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.body.error.details.map((d: { path: string }) => d.path), JSON.stringify(body)).toContain(field);
+    }
+    const bad = await api.admin('PUT', '/v1/schedules/has%20space', { ...as('acme'), body: { task: 'noop', interval: 60 } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.details[0].path).toBe('name');
+    const count = await t.db.query<{ n: number }>('select count(*)::int as n from schedules');
+    expect(count[0]!.n).toBe(0);
+  });
+});
+
+describe('reading and managing schedules', () => {
+  it('lists by name with a cursor, gets, pauses, resumes, previews and deletes', async () => {
+    for (const name of ['c', 'a', 'b']) await api.admin('PUT', `/v1/schedules/${name}`, { ...as('acme'), body: { task: 'noop', interval: 3600 } });
+    const p1 = await api.admin('GET', '/v1/schedules?limit=2', as('acme'));
+    expect(p1.body.schedules.map((s: { name: string }) => s.name)).toEqual(['a', 'b']);
+    const p2 = await api.admin('GET', `/v1/schedules?limit=2&cursor=${p1.body.nextCursor}`, as('acme'));
+    expect(p2.body).toMatchObject({ schedules: [{ name: 'c' }], nextCursor: null });
+
+    expect((await api.admin('POST', '/v1/schedules/a/pause', as('acme'))).body.enabled).toBe(false);
+    expect((await api.admin('POST', '/v1/schedules/a/resume', as('acme'))).body.enabled).toBe(true);
+    const next = await api.admin('GET', '/v1/schedules/a/next?count=3', as('acme'));
+    expect(next.body.times).toEqual(['2026-12-01T13:00:00.000Z', '2026-12-01T14:00:00.000Z', '2026-12-01T15:00:00.000Z']);
+    expect((await api.admin('GET', '/v1/schedules/a/next?count=101', as('acme'))).status).toBe(400);
+
+    const del = await api.admin('DELETE', '/v1/schedules/b', as('acme'));
+    expect(del.status).toBe(200);
+    expect((await api.admin('GET', '/v1/schedules/b', as('acme'))).status).toBe(404);
+    expect((await api.admin('DELETE', '/v1/schedules/b', as('acme'))).status).toBe(404);
+  });
+
+  it('runs: occurrences newest first with their status, paged', async () => {
+    await api.admin('PUT', '/v1/schedules/tick', { ...as('acme'), body: { task: 'noop', interval: 60 } });
+    const h = createHarness(t.db);
+    for (let i = 1; i <= 5; i++) await h.drain({ now: new Date(T0.getTime() + i * 60_000) });
+    const r1 = await api.admin('GET', '/v1/schedules/tick/runs?limit=4', as('acme'));
+    expect(r1.status).toBe(200);
+    expect(r1.body.tasks.map((x: { scheduledFor: string }) => x.scheduledFor)).toEqual([
+      '2026-12-01T12:06:00.000Z',
+      '2026-12-01T12:05:00.000Z',
+      '2026-12-01T12:04:00.000Z',
+      '2026-12-01T12:03:00.000Z',
+    ]);
+    const r2 = await api.admin('GET', `/v1/schedules/tick/runs?limit=4&cursor=${r1.body.nextCursor}`, as('acme'));
+    expect(r2.body.tasks.map((x: { scheduledFor: string }) => x.scheduledFor)).toEqual([
+      '2026-12-01T12:02:00.000Z',
+      '2026-12-01T12:01:00.000Z',
+    ]);
+    expect(r2.body.nextCursor).toBeNull();
+    const done = await api.admin('GET', '/v1/schedules/tick/runs?status=succeeded', as('acme'));
+    expect(done.body.tasks.length).toBeGreaterThanOrEqual(5);
+  });
+
+  it('deleting a schedule cancels its occurrences that have not started', async () => {
+    await api.admin('PUT', '/v1/schedules/soon', { ...as('acme'), body: { task: 'noop', interval: 60 } });
+    const h = createHarness(t.db);
+    await h.sweep({ now: new Date(T0.getTime() + 30_000) }); // 12:01 materialized and dispatched with a delay
+    const [m] = h.outbox.take();
+    expect((await api.admin('DELETE', '/v1/schedules/soon', as('acme'))).status).toBe(200);
+    const out = await h.consume([m!.body], { now: new Date(T0.getTime() + 60_000) });
+    expect(out.results).toEqual([]);
+    const rows = await t.db.query<{ status: string; schedule_id: string | null }>('select status, schedule_id from tasks');
+    expect(rows).toEqual([{ status: 'cancelled', schedule_id: null }]);
+  });
+});
