@@ -119,8 +119,9 @@ function signedContent(id: string, timestamp: string, body: WebhookBody): Uint8A
 }
 
 async function hmac(key: Uint8Array, content: Uint8Array): Promise<Uint8Array> {
-  const cryptoKey = await crypto.subtle.importKey('raw', key, { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
-  return new Uint8Array(await crypto.subtle.sign('HMAC', cryptoKey, content));
+  // Both views own plain ArrayBuffers (made here or by TextEncoder): no SharedArrayBuffer.
+  const cryptoKey = await crypto.subtle.importKey('raw', key as Uint8Array<ArrayBuffer>, { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+  return new Uint8Array(await crypto.subtle.sign('HMAC', cryptoKey, content as Uint8Array<ArrayBuffer>));
 }
 
 /**

@@ -69,9 +69,19 @@ export function createApp(deps: AppDeps): App {
   registerQueueRoutes(app);
   registerAdminRoutes(app);
 
+  app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', {
+    type: 'http',
+    scheme: 'bearer',
+    description: 'A tenant key (edsk_...) or, for admin routes, the admin token',
+  });
   app.doc31('/openapi.json', {
     openapi: '3.1.0',
-    info: { title: 'Edge scheduler API', version: '1' },
+    info: {
+      title: 'Edge scheduler API',
+      version: '1',
+      description: 'Durable tasks and schedules for the edge. Errors are {"error": {"code", "message", "details"?}}.',
+    },
+    security: [{ bearer: [] }],
   });
   return app;
 }

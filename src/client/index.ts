@@ -1,0 +1,200 @@
+// The typed client for edge apps: Workers, Pages functions, Node backends.
+// It needs only `fetch`. Request and response types come from the same zod
+// schemas that validate requests in the Worker (type-only imports, so none of
+// the server's code is bundled), and every error response becomes an
+// ApiError carrying `code`, `status` and `details`.
+//
+//   import { createClient } from 'edge-scheduler/client';
+//   const scheduler = createClient({ baseUrl: 'https://scheduler.example.workers.dev', key: env.SCHEDULER_KEY });
+//   await scheduler.tasks.enqueue({ task: 'http', payload: { url: 'https://example.com/hook' }, delay: 600 });
+import type { z } from 'zod';
+import type {
+  ApiKeySchema,
+  QueueStatsSchema,
+  ScheduleSchema,
+  ScheduleWriteSchema,
+  SpentTaskSchema,
+  TaskCreateSchema,
+  TaskSchema,
+} from '../http/schemas.ts';
+
+export type TaskInput = z.input<typeof TaskCreateSchema>;
+export type Task = z.output<typeof TaskSchema>;
+/** A spent idempotency key whose task retention has since deleted. */
+export type SpentTask = z.output<typeof SpentTaskSchema>;
+export type ScheduleInput = z.input<typeof ScheduleWriteSchema>;
+export type Schedule = z.output<typeof ScheduleSchema>;
+export type QueueStats = z.output<typeof QueueStatsSchema>;
+export type ApiKey = z.output<typeof ApiKeySchema>;
+export type TaskStatus = Task['status'];
+
+export interface TaskListQuery {
+  queue?: string;
+  status?: TaskStatus | TaskStatus[];
+  task?: string;
+  createdAfter?: Date | string;
+  createdBefore?: Date | string;
+  limit?: number;
+  cursor?: string;
+}
+export interface Page<T> {
+  items: T[];
+  nextCursor: string | null;
+}
+
+export interface ErrorDetail {
+  path: string;
+  message: string;
+}
+
+/** An error response of the API (4xx or 5xx), or a response that was not the API's. */
+export class ApiError extends Error {
+  readonly status: number;
+  readonly code: string;
+  readonly details: ErrorDetail[];
+  readonly requestId: string | null;
+  constructor(status: number, code: string, message: string, details: ErrorDetail[] = [], requestId: string | null = null) {
+    super(message);
+    this.name = 'ApiError';
+    this.status = status;
+    this.code = code;
+    this.details = details;
+    this.requestId = requestId;
+  }
+}
+
+export interface ClientOptions {
+  /** The Worker's URL, e.g. `https://scheduler.example.workers.dev`. */
+  baseUrl: string;
+  /** A tenant key (`edsk_...`), or the admin token. */
+  key: string;
+  /** With the admin token on tenant routes: the tenant to act as. */
+  tenant?: string;
+  /** Defaults to the global fetch; pass a service binding's fetch inside Workers. */
+  fetch?: (request: Request) => Promise<Response>;
+}
+
+type Query = Record<string, string | number | boolean | Date | string[] | undefined>;
+
+function queryString(q: Query | undefined): string {
+  const params = new URLSearchParams();
+  for (const [k, v] of Object.entries(q ?? {})) {
+    if (v === undefined) continue;
+    params.set(k, v instanceof Date ? v.toISOString() : Array.isArray(v) ? v.join(',') : String(v));
+  }
+  const s = params.toString();
+  return s ? `?${s}` : '';
+}
+
+export function createClient(options: ClientOptions) {
+  const base = options.baseUrl.replace(/\/+$/, '');
+  const doFetch = options.fetch ?? ((r: Request) => fetch(r));
+
+  async function call<T>(method: string, path: string, init: { body?: unknown; query?: Query } = {}): Promise<{ status: number; body: T }> {
+    const headers: Record<string, string> = { authorization: `Bearer ${options.key}`, accept: 'application/json' };
+    if (options.tenant) headers['x-tenant'] = options.tenant;
+    if (init.body !== undefined) headers['content-type'] = 'application/json';
+    const res = await doFetch(
+      new Request(`${base}${path}${queryString(init.query)}`, {
+        method,
+        headers,
+        body: init.body === undefined ? undefined : JSON.stringify(init.body),
+      }),
+    );
+    const text = await res.text();
+    let parsed: unknown;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      parsed = undefined;
+    }
+    if (!res.ok) {
+      const e = (parsed as { error?: { code?: string; message?: string; details?: ErrorDetail[] } } | undefined)?.error;
+      throw new ApiError(
+        res.status,
+        e?.code ?? 'http_error',
+        e?.message ?? `HTTP ${res.status}: ${text.slice(0, 200)}`,
+        e?.details ?? [],
+        res.headers.get('x-request-id'),
+      );
+    }
+    return { status: res.status, body: parsed as T };
+  }
+  const seg = encodeURIComponent;
+
+  const tasks = {
+    /** 201 when created; an existing idempotency key reschedules (still waiting) or returns the spent task (`deduplicated`). */
+    enqueue: async (input: TaskInput) => (await call<Task | SpentTask>('POST', '/v1/tasks', { body: input })).body,
+    /** Up to 1,000 tasks in one round trip, validated all or nothing; results in input order. */
+    batch: async (inputs: TaskInput[]) => (await call<{ tasks: (Task | SpentTask)[] }>('POST', '/v1/tasks/batch', { body: { tasks: inputs } })).body.tasks,
+    get: async (id: string) => (await call<Task>('GET', `/v1/tasks/${seg(id)}`)).body,
+    list: async (query: TaskListQuery = {}): Promise<Page<Task>> => {
+      const r = await call<{ tasks: Task[]; nextCursor: string | null }>('GET', '/v1/tasks', { query: { ...query } });
+      return { items: r.body.tasks, nextCursor: r.body.nextCursor };
+    },
+    /** Every task matching the query, page after page. */
+    async *iterate(query: Omit<TaskListQuery, 'cursor'> = {}): AsyncGenerator<Task> {
+      let cursor: string | undefined;
+      do {
+        const page = await tasks.list({ ...query, cursor });
+        yield* page.items;
+        cursor = page.nextCursor ?? undefined;
+      } while (cursor);
+    },
+    /** Cancels a task that has not started (409 once it has). */
+    cancel: async (id: string) => (await call<Task>('DELETE', `/v1/tasks/${seg(id)}`)).body,
+    cancelByKey: async (idempotencyKey: string) => (await call<Task>('DELETE', `/v1/tasks/by-key/${seg(idempotencyKey)}`)).body,
+  };
+
+  const schedules = {
+    /** Creates or replaces; `created` tells which. */
+    put: async (name: string, input: ScheduleInput) => {
+      const r = await call<Schedule>('PUT', `/v1/schedules/${seg(name)}`, { body: input });
+      return { schedule: r.body, created: r.status === 201 };
+    },
+    get: async (name: string) => (await call<Schedule>('GET', `/v1/schedules/${seg(name)}`)).body,
+    list: async (query: { limit?: number; cursor?: string } = {}): Promise<Page<Schedule>> => {
+      const r = await call<{ schedules: Schedule[]; nextCursor: string | null }>('GET', '/v1/schedules', { query });
+      return { items: r.body.schedules, nextCursor: r.body.nextCursor };
+    },
+    async *iterate(): AsyncGenerator<Schedule> {
+      let cursor: string | undefined;
+      do {
+        const page = await schedules.list({ cursor });
+        yield* page.items;
+        cursor = page.nextCursor ?? undefined;
+      } while (cursor);
+    },
+    delete: async (name: string) => (await call<Schedule>('DELETE', `/v1/schedules/${seg(name)}`)).body,
+    pause: async (name: string) => (await call<Schedule>('POST', `/v1/schedules/${seg(name)}/pause`)).body,
+    resume: async (name: string) => (await call<Schedule>('POST', `/v1/schedules/${seg(name)}/resume`)).body,
+    next: async (name: string, count?: number) =>
+      (await call<{ times: string[] }>('GET', `/v1/schedules/${seg(name)}/next`, { query: { count } })).body.times,
+    runs: async (name: string, query: { status?: TaskStatus | TaskStatus[]; limit?: number; cursor?: string } = {}): Promise<Page<Task>> => {
+      const r = await call<{ tasks: Task[]; nextCursor: string | null }>('GET', `/v1/schedules/${seg(name)}/runs`, { query });
+      return { items: r.body.tasks, nextCursor: r.body.nextCursor };
+    },
+  };
+
+  const queues = {
+    list: async () => (await call<{ queues: QueueStats[] }>('GET', '/v1/queues')).body.queues,
+  };
+
+  /** Needs the admin token as `key`. */
+  const admin = {
+    createKey: async (tenant: string) => (await call<ApiKey & { key: string }>('POST', '/v1/admin/keys', { body: { tenant } })).body,
+    revokeKey: async (id: string) => (await call<ApiKey>('DELETE', `/v1/admin/keys/${seg(id)}`)).body,
+    setTenantWeight: async (tenant: string, weight: number, queue = 'default') =>
+      (await call<{ tenant: string; queue: string; weight: number }>('PUT', `/v1/admin/tenants/${seg(tenant)}`, { body: { queue, weight } })).body,
+    setQueuePaused: async (queue: string, paused: boolean) =>
+      (await call<{ name: string; paused: boolean }>('PUT', `/v1/admin/queues/${seg(queue)}`, { body: { paused } })).body,
+  };
+
+  const health = async () => (await call<{ ok: boolean }>('GET', '/healthz')).body;
+
+  return { tasks, schedules, queues, admin, health };
+}
+
+export type Client = ReturnType<typeof createClient>;
+
+export { verifyWebhook, WebhookVerificationError } from '../handlers/signing.ts';
