@@ -113,6 +113,21 @@ describe('fuzzing every write route', () => {
         cases: bodies({ queue: 'default', weight: 2 }, { queue: optional(isQueue), weight: (v) => typeof v === 'number' && v > 0 && v <= 1000 }, 4),
       },
       { method: 'PUT', path: '/v1/admin/queues/default', cases: bodies({ paused: true }, { paused: (v) => typeof v === 'boolean' }, 5) },
+      {
+        method: 'PUT',
+        path: '/v1/schedules/fuzzed',
+        cases: bodies(
+          { task: 'noop', cron: '*/5 * * * *', timezone: 'Europe/Paris', misfire: 'skip', catchUpLimit: 10 },
+          {
+            task: (v) => v === 'noop',
+            cron: (v) => v === '*/5 * * * *' || v === '* * * * *',
+            timezone: optional((v) => typeof v === 'string' && ['UTC', 'Europe/Paris'].includes(v)),
+            misfire: optional((v) => v === 'run_once' || v === 'catch_up' || v === 'skip'),
+            catchUpLimit: optional((v) => Number.isInteger(v) && (v as number) >= 1 && (v as number) <= 1000),
+          },
+          6,
+        ),
+      },
     ];
     let total = 0;
     for (const route of routes) {
@@ -133,7 +148,16 @@ describe('fuzzing every write route', () => {
       expect(r.status, id).toBeLessThan(500);
       total += 1;
     }
-    expect(total).toBeGreaterThanOrEqual(5 * 500);
+    // Hostile names on the schedule routes.
+    for (const name of ['%20', 'a'.repeat(200), '..', '%2F', "x'--"]) {
+      for (const [method, suffix] of [['GET', ''], ['DELETE', ''], ['POST', '/pause'], ['GET', '/next?count=5']] as const) {
+        const r = await api.admin(method, `/v1/schedules/${name}${suffix}`);
+        expect(r.status, `${method} ${name}${suffix}`).toBeGreaterThanOrEqual(400);
+        expect(r.status, `${method} ${name}${suffix}`).toBeLessThan(500);
+        total += 1;
+      }
+    }
+    expect(total).toBeGreaterThanOrEqual(6 * 500);
     expect(await snapshot()).toEqual(before);
   }, 120_000);
 });

@@ -18,8 +18,10 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
-const snapshot = () =>
-  t.db.query(`select id, tenant, status, payload, run_at, updated_at, idempotency_key from tasks where tenant = 'tenant-a' order by id`);
+const snapshot = async () => ({
+  tasks: await t.db.query(`select * from tasks where tenant = 'tenant-a' order by id`),
+  schedules: await t.db.query(`select * from schedules where tenant = 'tenant-a' order by id`),
+});
 
 describe('tenant isolation', () => {
   it("B can neither see nor change A's tasks", async () => {
@@ -53,6 +55,35 @@ describe('tenant isolation', () => {
     const spoof = await api.call('GET', `/v1/tasks/${a1.body.id}`, { token: keyB, tenant: 'tenant-a' });
     expect(spoof.status).toBe(404);
 
+    // Listing shows none of A's tasks.
+    const list = await api.call('GET', '/v1/tasks?limit=500', { token: keyB });
+    expect(list.body.tasks.map((x: { id: string }) => x.id)).toEqual([reschedule.body.id]);
+
     expect(await snapshot()).toEqual(before);
+  });
+
+  it("B can neither see, replace, pause, resume, preview, list the runs of, nor delete A's schedules", async () => {
+    await api.call('PUT', '/v1/schedules/nightly', { token: keyA, body: { task: 'noop', cron: '0 3 * * *', payload: { owner: 'a' } } });
+    const before = await snapshot();
+    for (const [method, path] of [
+      ['GET', '/v1/schedules/nightly'],
+      ['POST', '/v1/schedules/nightly/pause'],
+      ['POST', '/v1/schedules/nightly/resume'],
+      ['GET', '/v1/schedules/nightly/next'],
+      ['GET', '/v1/schedules/nightly/runs'],
+      ['DELETE', '/v1/schedules/nightly'],
+    ] as const) {
+      const r = await api.call(method, path, { token: keyB });
+      expect(r.status, `${method} ${path}`).toBe(404);
+      expect(r.body.error.code).toBe('not_found');
+    }
+    const list = await api.call('GET', '/v1/schedules', { token: keyB });
+    expect(list.body).toEqual({ schedules: [], nextCursor: null });
+    // "Replacing" under the same name creates B's own schedule; A's is untouched.
+    const mine = await api.call('PUT', '/v1/schedules/nightly', { token: keyB, body: { task: 'noop', interval: 60, payload: { owner: 'b' } } });
+    expect(mine.status).toBe(201);
+    expect(await snapshot()).toEqual(before);
+    const asA = await api.call('GET', '/v1/schedules/nightly', { token: keyA });
+    expect(asA.body).toMatchObject({ kind: 'cron', payload: { owner: 'a' } });
   });
 });
