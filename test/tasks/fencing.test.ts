@@ -2,7 +2,7 @@
 // delivered twice runs once per epoch (S6), heartbeats are fenced too.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { getTask } from '../../src/db/sql/tasks.ts';
+import { finishTasks, getTask, reapExpiredLeases, startTasks } from '../../src/db/sql/tasks.ts';
 import { defineTask, LeaseLostError } from '../../src/handlers/registry.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
 import { latch } from '../helpers/faults.ts';
@@ -135,5 +135,30 @@ describe('S6: the same message delivered twice', () => {
     expect(again.results).toEqual([]);
     expect(runs).toHaveLength(10);
     expect(new Set(runs.map((r) => r.id)).size).toBe(10);
+  });
+});
+
+describe('S8: the reaper racing a completion', () => {
+  it('for each task exactly one of them wins, and the loser changes nothing', async () => {
+    const n = 200;
+    await h.enqueue(Array.from({ length: n }, () => ({ task: 'count', timeout: 1 })), { now: T0 });
+    await h.sweep({ now: T0 });
+    const bodies = h.outbox.take().map((m) => m.body);
+    // Start every attempt, then let the leases (1 s timeout + 30 s grace) run out.
+    await startTasks(t.db, { now: T0, tasks: bodies, leaseGraceSeconds: 30 });
+    const late = at(32);
+    const other = await t.open({ maxConnections: 2 });
+    const [finish, reaped] = await Promise.all([
+      finishTasks(t.db, { now: late, results: bodies.map((b) => ({ ...b, outcome: 'succeeded' as const, error: null, retryDelayMs: null })) }),
+      reapExpiredLeases(other, { now: late, limit: n }),
+    ]);
+    // Every task went one way: finished by its owner, or reaped (and that finish lost).
+    expect(finish.finished.length + reaped.retried).toBe(n);
+    expect(finish.lost.length).toBe(reaped.retried);
+    const rows = await t.db.query<{ status: string; n: number }>(`select status, count(*)::int as n from tasks group by 1 order by 1`);
+    const byStatus = Object.fromEntries(rows.map((r) => [r.status, r.n]));
+    expect(byStatus.succeeded ?? 0).toBe(finish.finished.length);
+    expect((byStatus.scheduled ?? 0) + (byStatus.queued ?? 0)).toBe(reaped.retried);
+    await expectOneCompletion(t.db);
   });
 });

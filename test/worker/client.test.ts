@@ -82,6 +82,7 @@ describe('the client, over every route', () => {
     expect((await acme.schedules.get('client-daily')).name).toBe('client-daily');
     await fails(other.schedules.get('client-daily'), 404, 'not_found');
     expect((await acme.schedules.list({ limit: 1 })).nextCursor).not.toBeNull();
+    await fails(acme.schedules.list({ limit: 0 }), 400, 'invalid_request', 'limit');
     const names: string[] = [];
     for await (const s of acme.schedules.iterate()) names.push(s.name);
     expect(names).toEqual(['client-daily', 'client-hourly']);
@@ -96,6 +97,7 @@ describe('the client, over every route', () => {
     expect((await acme.schedules.pause('client-daily')).enabled).toBe(false);
     expect((await acme.schedules.resume('client-daily')).enabled).toBe(true);
     await fails(acme.schedules.pause('missing'), 404, 'not_found');
+    await fails(acme.schedules.resume('missing'), 404, 'not_found');
     expect((await acme.schedules.delete('client-hourly')).name).toBe('client-hourly');
     await fails(acme.schedules.delete('client-hourly'), 404, 'not_found');
   });
@@ -108,6 +110,7 @@ describe('the client, over every route', () => {
     expect(await admin.admin.setQueuePaused('client-q', true)).toEqual({ name: 'client-q', paused: true });
     expect((await acme.queues.list()).find((q) => q.name === 'client-q')!.paused).toBe(true);
     await admin.admin.setQueuePaused('client-q', false);
+    await fails(admin.admin.setQueuePaused('no spaces', true), 400, 'invalid_request', 'name');
     await fails(acme.admin.createKey('client-acme'), 401, 'unauthorized');
 
     const key = await admin.admin.createKey('client-temp');
