@@ -28,6 +28,20 @@ export const TaskType = z
 
 const Instant = z.iso.datetime({ offset: true }).openapi({ example: '2026-12-01T09:00:00Z' });
 
+/** What a task, or a schedule for its occurrences, may set about attempts. */
+const TaskOptionFields = {
+  maxAttempts: z.int().min(1).max(100).optional(),
+  backoff: z
+    .strictObject({
+      base: z.number().min(0.001).max(86_400).optional(),
+      max: z.number().min(0.001).max(7 * 86_400).optional(),
+    })
+    .optional()
+    .openapi({ description: 'Exponential backoff with full jitter, in seconds.' }),
+  timeout: z.number().min(0.001).max(900).optional().openapi({ description: 'Seconds per attempt.' }),
+  delivery: z.enum(['at_least_once', 'at_most_once']).optional(),
+};
+
 /** Unparsable instants are the datetime check's to report; this one bounds parsable ones. */
 function inRunAtRange(runAt: string): boolean {
   const ms = Date.parse(runAt);
@@ -42,16 +56,7 @@ export const TaskCreateSchema = z
     runAt: Instant.optional().openapi({ description: 'Earliest start (ISO 8601 with a zone). Exclusive with delay.' }),
     delay: z.number().min(0).max(MAX_DELAY_SECONDS).optional().openapi({ description: 'Seconds from now.' }),
     idempotencyKey: z.string().min(1).max(256).optional(),
-    maxAttempts: z.int().min(1).max(100).optional(),
-    backoff: z
-      .strictObject({
-        base: z.number().min(0.001).max(86_400).optional(),
-        max: z.number().min(0.001).max(7 * 86_400).optional(),
-      })
-      .optional()
-      .openapi({ description: 'Exponential backoff with full jitter, in seconds.' }),
-    timeout: z.number().min(0.001).max(900).optional().openapi({ description: 'Seconds per attempt.' }),
-    delivery: z.enum(['at_least_once', 'at_most_once']).optional(),
+    ...TaskOptionFields,
   })
   .refine((t) => t.runAt === undefined || t.delay === undefined, {
     message: 'give runAt or delay, not both',
@@ -260,10 +265,7 @@ export const ScheduleWriteSchema = z
     task: TaskType,
     payload: z.unknown().optional(),
     queue: QueueName.optional(),
-    maxAttempts: z.int().min(1).max(100).optional(),
-    backoff: z.strictObject({ base: z.number().min(0.001).max(86_400).optional(), max: z.number().min(0.001).max(7 * 86_400).optional() }).optional(),
-    timeout: z.number().min(0.001).max(900).optional(),
-    delivery: z.enum(['at_least_once', 'at_most_once']).optional(),
+    ...TaskOptionFields,
     misfire: z.enum(['run_once', 'catch_up', 'skip']).optional(),
     misfireGrace: z.int().min(0).max(86_400).optional().openapi({ description: 'Seconds a late fire still counts as on time (default 60)' }),
     catchUpLimit: z.int().min(1).max(1000).optional().openapi({ description: 'Most late fire times catch_up fires or skip records (default 100)' }),

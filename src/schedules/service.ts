@@ -12,12 +12,12 @@ import {
 } from '../db/sql/schedules.ts';
 import { AppError, invalid, type ErrorDetail } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
-import type { Delivery } from '../tasks/model.ts';
+import { resolveTaskOptions, type TaskOptionsInput } from '../tasks/options.ts';
 import type { MisfirePolicy, OverlapPolicy, Schedule } from './model.ts';
 import { specOf } from './model.ts';
 import { nextFireTime, validateSpec, type RecurrenceUnit } from './recurrence.ts';
 
-export interface ScheduleInput {
+export interface ScheduleInput extends TaskOptionsInput {
   cron?: string;
   timezone?: string;
   interval?: number;
@@ -26,10 +26,6 @@ export interface ScheduleInput {
   task: string;
   payload?: unknown;
   queue?: string;
-  maxAttempts?: number;
-  backoff?: { base?: number; max?: number };
-  timeout?: number;
-  delivery?: Delivery;
   misfire?: MisfirePolicy;
   misfireGrace?: number;
   catchUpLimit?: number;
@@ -75,9 +71,8 @@ export async function putSchedule(
     if (!(error instanceof AppError) || !error.details) throw error;
     details.push(...error.details);
   }
-  const baseMs = input.backoff?.base !== undefined ? Math.round(input.backoff.base * 1000) : config.defaultBackoffBaseMs;
-  const maxMs = input.backoff?.max !== undefined ? Math.round(input.backoff.max * 1000) : Math.max(config.defaultBackoffMaxMs, baseMs);
-  if (maxMs < baseMs) details.push({ path: 'backoff.max', message: 'must be at least backoff.base' });
+  const { options, problems } = resolveTaskOptions(input, config);
+  details.push(...problems);
   const timezone = input.timezone ?? 'UTC';
   // The anchor is settled below (it may depend on the stored schedule); any valid instant checks the rest.
   const probe = {
@@ -110,12 +105,12 @@ export async function putSchedule(
       task: input.task,
       payload,
       queue: input.queue ?? 'default',
-      maxAttempts: input.maxAttempts ?? config.defaultMaxAttempts,
+      maxAttempts: options.maxAttempts,
       options: {
-        backoffBaseMs: baseMs,
-        backoffMaxMs: maxMs,
-        timeoutMs: input.timeout !== undefined ? Math.round(input.timeout * 1000) : config.defaultTimeoutMs,
-        delivery: input.delivery ?? 'at_least_once',
+        backoffBaseMs: options.backoffBaseMs,
+        backoffMaxMs: options.backoffMaxMs,
+        timeoutMs: options.timeoutMs,
+        delivery: options.delivery,
       },
       misfire: input.misfire ?? 'run_once',
       misfireGraceSeconds: input.misfireGrace ?? 60,

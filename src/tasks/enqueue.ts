@@ -4,10 +4,11 @@ import type { Db } from '../db/seam.ts';
 import { findSpentKeys, insertTasks, type NewTask, type SpentKey } from '../db/sql/tasks.ts';
 import { AppError, invalid, type ErrorDetail } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
-import type { Delivery, Task } from './model.ts';
+import type { Task } from './model.ts';
+import { resolveTaskOptions, type TaskOptions, type TaskOptionsInput } from './options.ts';
 
 /** A task as a caller asks for it (already shape-checked by the API schema). */
-export interface TaskInput {
+export interface TaskInput extends TaskOptionsInput {
   task: string;
   payload?: unknown;
   queue?: string;
@@ -16,12 +17,6 @@ export interface TaskInput {
   /** Seconds from now (the database's clock); exclusive with runAt. */
   delay?: number;
   idempotencyKey?: string;
-  maxAttempts?: number;
-  /** Seconds. */
-  backoff?: { base?: number; max?: number };
-  /** Seconds. */
-  timeout?: number;
-  delivery?: Delivery;
 }
 
 export type EnqueueResult =
@@ -39,20 +34,18 @@ export interface EnqueueDeps {
 const RETRYABLE = new Set(['TQ001', '40P01', '40001']);
 const MAX_RUNS = 3;
 
-function toNewTask(input: TaskInput, config: Config, payload: unknown): NewTask {
-  const baseMs = input.backoff?.base !== undefined ? Math.round(input.backoff.base * 1000) : config.defaultBackoffBaseMs;
-  const maxMs = input.backoff?.max !== undefined ? Math.round(input.backoff.max * 1000) : Math.max(config.defaultBackoffMaxMs, baseMs);
+function toNewTask(input: TaskInput, options: TaskOptions, payload: unknown): NewTask {
   return {
     queue: input.queue ?? 'default',
     task: input.task,
     payload,
     runAt: input.runAt ?? null,
     delayMs: input.runAt ? null : Math.round((input.delay ?? 0) * 1000),
-    maxAttempts: input.maxAttempts ?? config.defaultMaxAttempts,
-    backoffBaseMs: baseMs,
-    backoffMaxMs: maxMs,
-    timeoutMs: input.timeout !== undefined ? Math.round(input.timeout * 1000) : config.defaultTimeoutMs,
-    delivery: input.delivery ?? 'at_least_once',
+    maxAttempts: options.maxAttempts,
+    backoffBaseMs: options.backoffBaseMs,
+    backoffMaxMs: options.backoffMaxMs,
+    timeoutMs: options.timeoutMs,
+    delivery: options.delivery,
     idempotencyKey: input.idempotencyKey ?? null,
   };
 }
@@ -82,9 +75,9 @@ export async function enqueueTasks(
     }
     try {
       const payload = deps.registry.validate(input.task, input.payload === undefined ? {} : input.payload, pathOf(i));
-      const row = toNewTask(input, deps.config, payload);
-      if (row.backoffMaxMs < row.backoffBaseMs) details.push({ path: at('backoff.max'), message: 'must be at least backoff.base' });
-      rows.push(row);
+      const { options, problems } = resolveTaskOptions(input, deps.config, pathOf(i));
+      details.push(...problems);
+      rows.push(toNewTask(input, options, payload));
     } catch (error) {
       if (!(error instanceof AppError) || !error.details) throw error;
       details.push(...error.details);

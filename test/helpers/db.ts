@@ -1,5 +1,5 @@
 // A fresh database per test file, cloned from the migrated template.
-import { inject } from 'vitest';
+import { afterAll, beforeAll, inject } from 'vitest';
 import { openNodeDb } from '../../scripts/node-db.ts';
 import type { Db } from '../../src/db/seam.ts';
 import { databaseUrl } from '../setup/global.ts';
@@ -51,3 +51,43 @@ export async function createTestDatabase(options: { maxConnections?: number } = 
     },
   };
 }
+
+/**
+ * A database of this test file's own: created before its tests, closed after.
+ * The returned object is usable from inside hooks and tests.
+ */
+export function useTestDatabase(options: { maxConnections?: number } = {}): TestDatabase {
+  let real: TestDatabase | undefined;
+  const get = () => {
+    if (!real) throw new Error('useTestDatabase: the database exists only inside hooks and tests');
+    return real;
+  };
+  beforeAll(async () => {
+    real = await createTestDatabase(options);
+  });
+  afterAll(async () => {
+    await real?.close();
+  });
+  return {
+    get db() {
+      return get().db;
+    },
+    get url() {
+      return get().url;
+    },
+    get name() {
+      return get().name;
+    },
+    open: (o) => get().open(o),
+    close: () => get().close(),
+  };
+}
+
+/** Empties every table a test writes, between tests of one file. */
+export async function resetTables(db: Db): Promise<void> {
+  await db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events, schedules, api_keys restart identity cascade');
+}
+
+/** The instant most tests start from, and seconds after it. */
+export const T0 = new Date('2026-12-01T12:00:00.000Z');
+export const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);

@@ -6,7 +6,8 @@ import { consumeBatch, type ConsumeOutcome } from '../../src/consume/consume.ts'
 import type { Db } from '../../src/db/seam.ts';
 import type { Faults } from '../../src/faults.ts';
 import { taskTypes } from '../../functions/tasks.ts';
-import { createRegistry, type TaskHandler } from '../../src/handlers/registry.ts';
+import { z } from 'zod';
+import { createRegistry, defineTask, type TaskHandler } from '../../src/handlers/registry.ts';
 import { createLogger, type Logger } from '../../src/log.ts';
 import { sweepOnce, type SweepCounts, type TaskMessage, type TaskSender } from '../../src/sweep/sweep.ts';
 import { enqueueTasks, type EnqueueResult, type TaskInput } from '../../src/tasks/enqueue.ts';
@@ -89,4 +90,13 @@ export function createHarness(
     },
   };
   return h;
+}
+
+/** A `count` task type that records how many times each task's handler ran. */
+export function countingTask(): { task: TaskHandler<never>; runs: Map<string, number> } {
+  const runs = new Map<string, number>();
+  const task = defineTask('count', z.object({}).default({}), async (_p, ctx) => {
+    runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1);
+  });
+  return { task, runs };
 }

@@ -2,22 +2,20 @@
 // write route. Every answer must be a 4xx carrying error.code (never a 5xx),
 // and nothing may change in the database.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { useTestDatabase } from '../helpers/db.ts';
 import { seeded } from '../helpers/faults.ts';
 import { createTestApi } from '../helpers/http.ts';
 
 const PER_ROUTE = 520;
-let t: TestDatabase;
+const t = useTestDatabase();
 let api: ReturnType<typeof createTestApi>;
 
 beforeAll(async () => {
-  t = await createTestDatabase();
   api = createTestApi(t.db);
   // Some state to be left alone.
   await api.admin('POST', '/v1/tasks', { body: { task: 'noop', delay: 3600, idempotencyKey: 'keep' } });
   await api.admin('PUT', '/v1/admin/queues/default', { body: { paused: false } });
 });
-afterAll(() => t.close());
 
 const snapshot = async () => ({
   tasks: await t.db.query('select * from tasks order by id'),

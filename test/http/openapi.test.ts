@@ -2,16 +2,14 @@
 // valid OpenAPI 3.1 by a real validator, and listing every route.
 import SwaggerParser from '@apidevtools/swagger-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { useTestDatabase } from '../helpers/db.ts';
 import { createTestApi } from '../helpers/http.ts';
 
-let t: TestDatabase;
+const t = useTestDatabase();
 let api: ReturnType<typeof createTestApi>;
 beforeAll(async () => {
-  t = await createTestDatabase();
   api = createTestApi(t.db);
 });
-afterAll(() => t.close());
 
 describe('the OpenAPI document', () => {
   it('validates as OpenAPI 3.1', async () => {

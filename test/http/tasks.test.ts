@@ -2,19 +2,15 @@
 // all-or-nothing validation naming index and field, limits, listing.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { countStatements } from '../../src/db/seam.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createTestApi } from '../helpers/http.ts';
 
-let t: TestDatabase;
+const t = useTestDatabase();
 let api: ReturnType<typeof createTestApi>;
 const count = async () => (await t.db.query<{ n: number }>('select count(*)::int as n from tasks'))[0]!.n;
 
-beforeAll(async () => {
-  t = await createTestDatabase();
-});
-afterAll(() => t.close());
 beforeEach(async () => {
-  await t.db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events restart identity');
+  await resetTables(t.db);
   api = createTestApi(t.db);
 });
 

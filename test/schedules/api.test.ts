@@ -1,20 +1,15 @@
 // /v1/schedules over the real app and database.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { T0, useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createHarness } from '../helpers/harness.ts';
 import { createTestApi } from '../helpers/http.ts';
 
-const T0 = new Date('2026-12-01T12:00:00.000Z');
-let t: TestDatabase;
+const t = useTestDatabase();
 let api: ReturnType<typeof createTestApi>;
 const as = (tenant: string) => ({ tenant });
 
-beforeAll(async () => {
-  t = await createTestDatabase();
-});
-afterAll(() => t.close());
 beforeEach(async () => {
-  await t.db.query('truncate tasks, tenants, queues, task_events, schedules restart identity cascade');
+  await resetTables(t.db);
   api = createTestApi(t.db);
   api.setNow(T0);
 });

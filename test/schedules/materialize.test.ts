@@ -3,24 +3,20 @@
 // change future occurrences only; occurrences run through the lifecycle.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Db } from '../../src/db/seam.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 import { createTestApi } from '../helpers/http.ts';
 
-const T0 = new Date('2026-12-01T12:00:00.000Z');
-const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
-let t: TestDatabase;
+const t = useTestDatabase();
 let h: Harness;
 let api: ReturnType<typeof createTestApi>;
 let others: Db[] = [];
 
 beforeAll(async () => {
-  t = await createTestDatabase();
   others = await Promise.all(Array.from({ length: 3 }, () => t.open({ maxConnections: 3 })));
 });
-afterAll(() => t.close());
 beforeEach(async () => {
-  await t.db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events, schedules restart identity cascade');
+  await resetTables(t.db);
   h = createHarness(t.db);
   api = createTestApi(t.db);
   api.setNow(T0);

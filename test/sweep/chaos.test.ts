@@ -10,7 +10,7 @@ import type { Db } from '../../src/db/seam.ts';
 import type { FaultPoint, Faults } from '../../src/faults.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
 import type { TaskMessage } from '../../src/sweep/sweep.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { T0, useTestDatabase } from '../helpers/db.ts';
 import { Crash, seeded } from '../helpers/faults.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 import { expectNoLoss, expectOneCompletion } from '../helpers/invariants.ts';
@@ -18,15 +18,12 @@ import { expectNoLoss, expectOneCompletion } from '../helpers/invariants.ts';
 const SEED = Number(process.env.CHAOS_SEED ?? 20261129);
 const TASKS = Number(process.env.CHAOS_TASKS ?? 5000);
 const WORKERS = 8;
-const T0 = new Date('2026-12-01T12:00:00.000Z');
 
-let t: TestDatabase;
+const t = useTestDatabase();
 const dbs: Db[] = [];
 beforeAll(async () => {
-  t = await createTestDatabase();
   for (let i = 0; i < WORKERS; i++) dbs.push(await t.open({ maxConnections: 2, applicationName: `chaos-${i}` }));
 });
-afterAll(() => t.close());
 
 describe(`chaos (seed ${SEED})`, () => {
   it(`${WORKERS} concurrent sweeps and consumers over ${TASKS} tasks with random cut-offs lose nothing`, async () => {

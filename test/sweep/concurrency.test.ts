@@ -2,16 +2,14 @@
 // split the work, never duplicate it: SKIP LOCKED and the fenced marks.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Db } from '../../src/db/seam.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { useTestDatabase } from '../helpers/db.ts';
 import { createHarness } from '../helpers/harness.ts';
 
-let t: TestDatabase;
+const t = useTestDatabase();
 let other: Db;
 beforeAll(async () => {
-  t = await createTestDatabase();
   other = await t.open();
 });
-afterAll(() => t.close());
 
 describe('concurrent sweeps', () => {
   it('two sweeps at the same moment over 1,000 due tasks dispatch every task exactly once', async () => {

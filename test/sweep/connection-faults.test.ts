@@ -1,32 +1,21 @@
 // The database connection failing under a sweep or a consumer: terminated
 // mid-statement (S5), and a commit whose reply is lost (S4).
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { openNodeDb } from '../../scripts/node-db.ts';
 import { getTask } from '../../src/db/sql/tasks.ts';
-import { defineTask } from '../../src/handlers/registry.ts';
 import { inject } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { latch } from '../helpers/faults.ts';
-import { createHarness, type Harness } from '../helpers/harness.ts';
+import { countingTask, createHarness, type Harness } from '../helpers/harness.ts';
 import { startChaosProxy } from '../helpers/tcp-chaos.ts';
 import { expectNoLoss } from '../helpers/invariants.ts';
 
-const T0 = new Date('2026-12-01T12:00:00.000Z');
-const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
-let t: TestDatabase;
+const t = useTestDatabase();
 let h: Harness;
-const runs = new Map<string, number>();
-const countTask = defineTask('count', z.object({}).default({}), async (_p, ctx) => {
-  runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1);
-});
+const { task: countTask, runs } = countingTask();
 
-beforeAll(async () => {
-  t = await createTestDatabase();
-});
-afterAll(() => t.close());
 beforeEach(async () => {
-  await t.db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events restart identity');
+  await resetTables(t.db);
   runs.clear();
   h = createHarness(t.db, { handlers: [countTask] });
 });

@@ -1,17 +1,13 @@
 // The walking skeleton in Node: enqueue, sweep, consume, succeeded.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { getTask } from '../../src/db/sql/tasks.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 
-let t: TestDatabase;
+const t = useTestDatabase();
 let h: Harness;
-beforeAll(async () => {
-  t = await createTestDatabase();
-});
-afterAll(() => t.close());
 beforeEach(async () => {
-  await t.db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events restart identity');
+  await resetTables(t.db);
   h = createHarness(t.db);
 });
 

@@ -3,20 +3,14 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { getTask } from '../../src/db/sql/tasks.ts';
 import { cancelTask } from '../../src/tasks/cancel.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 
-const T0 = new Date('2026-12-01T12:00:00.000Z');
-const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
-let t: TestDatabase;
+const t = useTestDatabase();
 let h: Harness;
 
-beforeAll(async () => {
-  t = await createTestDatabase();
-});
-afterAll(() => t.close());
 beforeEach(async () => {
-  await t.db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events restart identity');
+  await resetTables(t.db);
   h = createHarness(t.db);
 });
 

@@ -2,31 +2,19 @@
 // S1, S2, S3, S15): the task still reaches a terminal state, with the attempt
 // count the rules say, and never runs twice where that is promised.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { getTask } from '../../src/db/sql/tasks.ts';
-import { defineTask } from '../../src/handlers/registry.ts';
 import type { TaskInput } from '../../src/tasks/enqueue.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { Crash, crashAt } from '../helpers/faults.ts';
-import { createHarness, type Harness } from '../helpers/harness.ts';
+import { countingTask, createHarness, type Harness } from '../helpers/harness.ts';
 import { expectNoLoss, expectOneCompletion } from '../helpers/invariants.ts';
 
-const T0 = new Date('2026-12-01T12:00:00.000Z');
-const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
-
-let t: TestDatabase;
+const t = useTestDatabase();
 let h: Harness;
-const runs = new Map<string, number>();
-const countTask = defineTask('count', z.object({}).default({}), async (_p, ctx) => {
-  runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1);
-});
+const { task: countTask, runs } = countingTask();
 
-beforeAll(async () => {
-  t = await createTestDatabase();
-});
-afterAll(() => t.close());
 beforeEach(async () => {
-  await t.db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events restart identity');
+  await resetTables(t.db);
   runs.clear();
   h = createHarness(t.db, { handlers: [countTask] });
 });

@@ -4,15 +4,13 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { finishTasks, getTask, reapExpiredLeases, startTasks } from '../../src/db/sql/tasks.ts';
 import { defineTask, LeaseLostError } from '../../src/handlers/registry.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { latch } from '../helpers/faults.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 import { expectOneCompletion } from '../helpers/invariants.ts';
 
-const T0 = new Date('2026-12-01T12:00:00.000Z');
-const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
 
-let t: TestDatabase;
+const t = useTestDatabase();
 let h: Harness;
 const runs: { id: string; epoch: number; attempt: number }[] = [];
 let gate = latch();
@@ -35,12 +33,8 @@ const countTask = defineTask('count', z.object({}).default({}), async (_p, ctx) 
   runs.push({ id: ctx.taskId, epoch: ctx.epoch, attempt: ctx.attempt });
 });
 
-beforeAll(async () => {
-  t = await createTestDatabase();
-});
-afterAll(() => t.close());
 beforeEach(async () => {
-  await t.db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events restart identity');
+  await resetTables(t.db);
   runs.length = 0;
   gate = latch();
   started = latch();

@@ -5,11 +5,10 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { getTask } from '../../src/db/sql/tasks.ts';
 import { defineTask, PermanentError, RetryAfterError } from '../../src/handlers/registry.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { T0, useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 
-const T0 = new Date('2026-12-01T12:00:00.000Z');
-let t: TestDatabase;
+const t = useTestDatabase();
 let h: Harness;
 let aborted: { reason: unknown } | undefined;
 
@@ -34,12 +33,8 @@ const handlers = [
   }),
 ];
 
-beforeAll(async () => {
-  t = await createTestDatabase();
-});
-afterAll(() => t.close());
 beforeEach(async () => {
-  await t.db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events restart identity');
+  await resetTables(t.db);
   aborted = undefined;
   h = createHarness(t.db, { handlers });
 });

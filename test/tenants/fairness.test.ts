@@ -4,20 +4,15 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { claimTasks } from '../../src/db/sql/tasks.ts';
 import { setQueuePaused, setTenantWeight } from '../../src/db/sql/tenants.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { T0, useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 import { createTestApi } from '../helpers/http.ts';
 
-const T0 = new Date('2026-12-01T12:00:00.000Z');
-let t: TestDatabase;
+const t = useTestDatabase();
 let h: Harness;
 
-beforeAll(async () => {
-  t = await createTestDatabase();
-});
-afterAll(() => t.close());
 beforeEach(async () => {
-  await t.db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events restart identity');
+  await resetTables(t.db);
   h = createHarness(t.db);
 });
 

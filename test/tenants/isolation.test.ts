@@ -2,21 +2,19 @@
 // tenant A's work every way the API allows. Every attempt is a 404 or an
 // empty answer, and A's data is unchanged afterwards.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { useTestDatabase } from '../helpers/db.ts';
 import { createTestApi } from '../helpers/http.ts';
 
-let t: TestDatabase;
+const t = useTestDatabase();
 let api: ReturnType<typeof createTestApi>;
 let keyA: string;
 let keyB: string;
 
 beforeAll(async () => {
-  t = await createTestDatabase();
   api = createTestApi(t.db);
   keyA = (await api.admin('POST', '/v1/admin/keys', { body: { tenant: 'tenant-a' } })).body.key;
   keyB = (await api.admin('POST', '/v1/admin/keys', { body: { tenant: 'tenant-b' } })).body.key;
 });
-afterAll(() => t.close());
 
 const snapshot = async () => ({
   tasks: await t.db.query(`select * from tasks where tenant = 'tenant-a' order by id`),

@@ -1,16 +1,14 @@
 // Tenant keys: created by the admin, shown once, stored as a hash, revoked at
 // once; every bad key is the same 401 that reveals nothing.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { useTestDatabase } from '../helpers/db.ts';
 import { createTestApi } from '../helpers/http.ts';
 
-let t: TestDatabase;
+const t = useTestDatabase();
 let api: ReturnType<typeof createTestApi>;
 beforeAll(async () => {
-  t = await createTestDatabase();
   api = createTestApi(t.db);
 });
-afterAll(() => t.close());
 
 describe('API keys', () => {
   it('a created key is typed, shown once, stored only as a hash, and scopes calls to its tenant', async () => {

@@ -1,0 +1,45 @@
+// Per-task options a caller may set (on a task, or on a schedule for its
+// occurrences), resolved against the configured defaults in one place.
+import type { Config } from '../config.ts';
+import type { ErrorDetail } from '../errors.ts';
+import type { Delivery } from './model.ts';
+
+export interface TaskOptionsInput {
+  maxAttempts?: number;
+  /** Seconds. */
+  backoff?: { base?: number; max?: number };
+  /** Seconds. */
+  timeout?: number;
+  delivery?: Delivery;
+}
+
+export interface TaskOptions {
+  maxAttempts: number;
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+  timeoutMs: number;
+  delivery: Delivery;
+}
+
+/** Resolves the options; `problems` names fields (under `pathPrefix`) that contradict each other. */
+export function resolveTaskOptions(
+  input: TaskOptionsInput,
+  config: Config,
+  pathPrefix = '',
+): { options: TaskOptions; problems: ErrorDetail[] } {
+  const base = input.backoff?.base !== undefined ? Math.round(input.backoff.base * 1000) : config.defaultBackoffBaseMs;
+  // An explicit base above the default cap raises the cap with it rather than failing.
+  const max = input.backoff?.max !== undefined ? Math.round(input.backoff.max * 1000) : Math.max(config.defaultBackoffMaxMs, base);
+  const problems: ErrorDetail[] =
+    max < base ? [{ path: [pathPrefix, 'backoff.max'].filter(Boolean).join('.'), message: 'must be at least backoff.base' }] : [];
+  return {
+    options: {
+      maxAttempts: input.maxAttempts ?? config.defaultMaxAttempts,
+      backoffBaseMs: base,
+      backoffMaxMs: max,
+      timeoutMs: input.timeout !== undefined ? Math.round(input.timeout * 1000) : config.defaultTimeoutMs,
+      delivery: input.delivery ?? 'at_least_once',
+    },
+    problems,
+  };
+}
