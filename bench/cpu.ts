@@ -1,0 +1,73 @@
+// CPU seconds spent by each part of a run, read from /proc (Linux only;
+// elsewhere every figure is NaN): this bench process (the system under test's
+// Node side), the WebSocket proxy, and the Postgres server (postmaster and
+// every backend it forked, found by the port in the server URL). Backends
+// that exit take their counters with them, so read before closing connections.
+import { readdirSync, readFileSync } from 'node:fs';
+
+const TICKS = 100; // USER_HZ on Linux
+
+function procStat(pid: number): { ppid: number; cpu: number } | null {
+  try {
+    const raw = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = raw.slice(raw.lastIndexOf(')') + 2).split(' ');
+    // fields[0] is state (field 3); ppid is field 4, utime 14, stime 15.
+    return { ppid: Number(fields[1]), cpu: (Number(fields[11]) + Number(fields[12])) / TICKS };
+  } catch {
+    return null;
+  }
+}
+
+function postmasterPid(port: number): number | null {
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const args = readFileSync(`/proc/${name}/cmdline`, 'utf8').split('\0');
+      const i = args.indexOf('-p');
+      if (args[0]?.endsWith('/postgres') && i >= 0 && Number(args[i + 1]) === port) return Number(name);
+    } catch {
+      /* gone */
+    }
+  }
+  return null;
+}
+
+export interface CpuSnapshot {
+  bench: number;
+  proxy: number;
+  postgres: number;
+  at: number;
+}
+
+export function createCpuMeter(serverUrl: string, proxyPid: number | undefined): () => CpuSnapshot {
+  const port = Number(new URL(serverUrl).port || 5432);
+  let master: number | null | undefined;
+  return () => {
+    const at = performance.now();
+    const bench = (process.cpuUsage().user + process.cpuUsage().system) / 1e6;
+    if (process.platform !== 'linux') return { bench, proxy: NaN, postgres: NaN, at };
+    master ??= postmasterPid(port);
+    let postgres = NaN;
+    if (master !== null) {
+      postgres = procStat(master)?.cpu ?? 0;
+      for (const name of readdirSync('/proc')) {
+        if (!/^\d+$/.test(name)) continue;
+        const st = procStat(Number(name));
+        if (st && st.ppid === master) postgres += st.cpu;
+      }
+    }
+    const proxy = proxyPid === undefined ? NaN : (procStat(proxyPid)?.cpu ?? NaN);
+    return { bench, proxy, postgres, at };
+  };
+}
+
+export interface CpuUse {
+  wallSeconds: number;
+  bench: number;
+  proxy: number;
+  postgres: number;
+}
+
+export function cpuBetween(a: CpuSnapshot, b: CpuSnapshot): CpuUse {
+  return { wallSeconds: (b.at - a.at) / 1000, bench: b.bench - a.bench, proxy: b.proxy - a.proxy, postgres: b.postgres - a.postgres };
+}

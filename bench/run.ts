@@ -1,0 +1,463 @@
+// `npm run bench` (issue 7): this project against pg-boss and graphile-worker
+// on one Postgres, each system in fresh databases. Progress on stderr, the
+// table on stdout, every figure as JSON in bench/results/latest.json and a
+// timestamped copy under bench/results/runs/. BENCHMARKS.md explains the
+// method. Never part of `npm test`.
+import { spawn } from 'node:child_process';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { availableParallelism, cpus, loadavg, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { measureBundle, type BundleSize } from './bundle.ts';
+import { prepareCeiling, runCeiling, type CeilingRun } from './ceiling.ts';
+import type { Ctx } from './context.ts';
+import { createCpuMeter } from './cpu.ts';
+import { graphileDrain, graphileEnqueue, graphileLatency, graphileSettings } from './graphile.ts';
+import type { PeerDrainResult, PeerRate } from './peers.ts';
+import { pgbossDrain, pgbossEnqueue, pgbossLatency, pgbossSettings } from './pgboss.ts';
+import {
+  dueInstants,
+  latencySummary,
+  projectDrain,
+  projectEnqueueBatch,
+  projectFairness,
+  projectLatency,
+  projectStatements,
+  type DrainResult,
+  type FairnessResult,
+  type LatencyResult,
+  type StepCount,
+} from './project.ts';
+import { fmt1, fmt2, fmtInt, range, ratio, renderTable, verdict, x, type Row } from './report.ts';
+import { ignoreTerminatedConnections, root, startProxyProcess, startServer } from './server.ts';
+import { readSettings, type Settings, type SystemName } from './settings.ts';
+import { progress, repeat, summarize, type Summary } from './stats.ts';
+import { httpEnqueue, startWorkerDev, type HttpRate } from './worker-http.ts';
+
+ignoreTerminatedConnections();
+const settings = readSettings();
+const began = Date.now();
+const has = (s: SystemName) => settings.systems.includes(s);
+const phase = (p: Settings['phases'][number]) => settings.phases.includes(p);
+
+interface Results {
+  startedAt: string;
+  durationSeconds?: number;
+  machine: Record<string, unknown>;
+  settings: Record<string, unknown>;
+  peerSettings: Record<string, unknown>;
+  figures: Record<string, unknown>;
+  errors: Record<string, string>;
+  table?: string;
+}
+
+const results: Results = {
+  startedAt: new Date(began).toISOString(),
+  machine: {
+    cores: availableParallelism(),
+    cpu: cpus()[0]?.model ?? 'unknown',
+    memoryGiB: Math.round(totalmem() / 2 ** 30),
+    node: process.version,
+    platform: `${process.platform} ${process.arch}`,
+    loadAverageAtStart: loadavg().map((l) => Number(l.toFixed(2))),
+  },
+  settings: { ...settings, databaseUrl: settings.databaseUrl ? '(DATABASE_URL)' : '(embedded)' },
+  peerSettings: { 'pg-boss': pgbossSettings(settings), 'graphile-worker': graphileSettings(settings) },
+  figures: {},
+  errors: {},
+};
+const F = results.figures as Record<string, unknown>;
+
+/** Runs one part; a failure is recorded and the bench goes on. */
+async function attempt(key: string, fn: () => Promise<void>): Promise<void> {
+  try {
+    await fn();
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    results.errors[key] = message;
+    progress(`${key}: FAILED: ${message}`);
+  }
+}
+
+const rates = (runs: { rate: number }[]) => summarize(runs.map((r) => r.rate));
+const describeDrain = (r: DrainResult | PeerDrainResult) =>
+  `${fmtInt(r.rate)} tasks/s` + ('deadlocks' in r && (r.deadlocks > 0 || r.retriedMessages > 0) ? ` (${r.deadlocks} deadlocks, ${r.retriedMessages} messages redelivered after 10 s)` : '');
+/** "2 of 3 runs hit deadlocks" for the project's drain cells. */
+function deadlockNote(key: string): string {
+  const runs = (F[key] as { runs?: DrainResult[] } | undefined)?.runs ?? [];
+  const hit = runs.filter((r) => r.deadlocks > 0);
+  if (hit.length === 0) return '';
+  const total = hit.reduce((a, r) => a + r.deadlocks, 0);
+  return `; ${hit.length} of ${runs.length} runs hit deadlocks (${total} in all)`;
+}
+
+progress(`machine: ${results.machine.cores} cores (${results.machine.cpu}), Node ${process.version}, load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+progress(`sizes: ${settings.tasks} tasks, batches of ${settings.batchSize}, ${settings.reps} repetitions; systems ${settings.systems.join(', ')}`);
+progress(`pg-boss work: ${JSON.stringify(pgbossSettings(settings).work)}; graphile-worker: ${JSON.stringify(graphileSettings(settings).worker)}`);
+progress(`this project's drain: ${settings.sweepers} sweep loops, ${settings.consumers} consumers, batches of ${settings.queueBatch}`);
+
+const server = await startServer(settings.databaseUrl);
+results.machine.postgres = `${server.version}${server.embedded ? ' (embedded)' : ' (DATABASE_URL)'}`;
+progress(`postgres ${results.machine.postgres}`);
+const proxy = await startProxyProcess();
+// Ctrl-C: stop Postgres and the children, then leave ('exit' handlers take the rest).
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    progress(`${signal}: stopping`);
+    const timer = setTimeout(() => process.exit(130), 10_000);
+    void Promise.allSettled([proxy.stop(), server.stop()]).then(() => {
+      clearTimeout(timer);
+      process.exit(130);
+    });
+  });
+}
+const ctx: Ctx = { server, proxy: proxy.address, settings, cpu: createCpuMeter(server.url, proxy.pid) };
+
+try {
+  // 1. Enqueue -------------------------------------------------------------
+  if (phase('enqueue')) {
+    if (has('project')) {
+      await attempt('enqueue.project.batch', async () => {
+        const runs = await repeat('enqueue batch (core enqueueTasks): project', settings.reps, () => projectEnqueueBatch(ctx), (r) => `${fmtInt(r.rate)} tasks/s`);
+        F['enqueue.project.batch'] = { rate: rates(runs), runs };
+      });
+      await attempt('enqueue.project.http', async () => {
+        progress('starting wrangler dev against the bench database');
+        const w = await startWorkerDev(ctx);
+        try {
+          const single = await repeat(
+            `enqueue one at a time over HTTP (c=${settings.singleConcurrency}): project`,
+            settings.reps,
+            (rep) => httpEnqueue(ctx, w, 'single', rep === 0 ? Math.min(100, settings.httpSingleTasks) : undefined),
+            (r: HttpRate) => `${fmt1(r.rate)} tasks/s`,
+          );
+          F['enqueue.project.httpSingle'] = { rate: rates(single), runs: single };
+          const batch = await repeat('enqueue batch over HTTP (POST /v1/tasks/batch): project', settings.reps, () => httpEnqueue(ctx, w, 'batch'), (r: HttpRate) => `${fmtInt(r.rate)} tasks/s`);
+          F['enqueue.project.httpBatch'] = { rate: rates(batch), runs: batch };
+        } finally {
+          await w.stop();
+        }
+      });
+    }
+    const peers: [SystemName, (mode: 'single' | 'batch', count?: number) => Promise<PeerRate>][] = [
+      ['pg-boss', (m, c) => pgbossEnqueue(ctx, m, c)],
+      ['graphile-worker', (m, c) => graphileEnqueue(ctx, m, c)],
+    ];
+    for (const [name, enqueue] of peers) {
+      if (!has(name)) continue;
+      await attempt(`enqueue.${name}`, async () => {
+        const single = await repeat(
+          `enqueue one at a time (c=${settings.singleConcurrency}): ${name}`,
+          settings.reps,
+          (rep) => enqueue('single', rep === 0 ? Math.min(1000, settings.singleTasks) : undefined),
+          (r) => `${fmtInt(r.rate)} tasks/s`,
+        );
+        const batch = await repeat(`enqueue batch: ${name}`, settings.reps, () => enqueue('batch'), (r) => `${fmtInt(r.rate)} tasks/s`);
+        F[`enqueue.${name}`] = { single: rates(single), batch: rates(batch), singleRuns: single, batchRuns: batch };
+      });
+    }
+  }
+
+  await server.dropCreated();
+
+  // 2. Drain ---------------------------------------------------------------
+  const drains: [SystemName, (rows: number) => Promise<DrainResult | PeerDrainResult>][] = [
+    ['project', (rows) => projectDrain(ctx, rows)],
+    ['pg-boss', (rows) => pgbossDrain(ctx, rows)],
+    ['graphile-worker', () => graphileDrain(ctx)],
+  ];
+  if (phase('drain')) {
+    for (const [name, drain] of drains) {
+      if (!has(name)) continue;
+      await attempt(`drain.${name}`, async () => {
+        const runs = await repeat(`drain ${settings.tasks}: ${name}`, settings.reps, () => drain(0), describeDrain);
+        F[`drain.${name}`] = { rate: rates(runs), runs };
+      });
+    }
+  }
+
+  await server.dropCreated();
+
+  // 3. Due-to-start latency --------------------------------------------------
+  if (phase('latency')) {
+    const warm: Settings = { ...settings, latencyTasks: 50, latencySpreadMs: 2000, latencyLeadMs: 1000 };
+    const lat: [SystemName, (c: Ctx) => Promise<LatencyResult>][] = [
+      ['project', (c) => projectLatency(c)],
+      ['pg-boss', async (c) => latencySummary(await pgbossLatency(c, () => dueInstants(c.settings)))],
+      ['graphile-worker', async (c) => latencySummary(await graphileLatency(c, () => dueInstants(c.settings)))],
+    ];
+    for (const [name, run] of lat) {
+      if (!has(name)) continue;
+      await attempt(`latency.${name}`, async () => {
+        const runs = await repeat(
+          `due-to-start latency, ${settings.latencyTasks} tasks over ${settings.latencySpreadMs / 1000} s: ${name}`,
+          settings.reps,
+          (rep) => run(rep === 0 ? { ...ctx, settings: warm } : ctx),
+          (r) => `p50 ${fmt1(r.p50)} p95 ${fmt1(r.p95)} p99 ${fmt1(r.p99)} ms`,
+        );
+        F[`latency.${name}`] = {
+          p50: summarize(runs.map((r) => r.p50)),
+          p95: summarize(runs.map((r) => r.p95)),
+          p99: summarize(runs.map((r) => r.p99)),
+          runs,
+        };
+      });
+    }
+  }
+
+  await server.dropCreated();
+
+  // 4. Drain over 1M finished rows --------------------------------------------
+  if (phase('drain-1m')) {
+    for (const [name, drain] of drains) {
+      if (!has(name) || name === 'graphile-worker' || (name === 'pg-boss' && !settings.peers1m)) continue;
+      await attempt(`drain1m.${name}`, async () => {
+        // The empty-table drain above already warmed these code paths; seeding a
+        // million rows again only to warm up would cost a minute.
+        const runs = await repeat(
+          `drain ${settings.tasks} over ${fmtInt(settings.finishedRows)} finished rows: ${name}`,
+          settings.reps,
+          () => drain(settings.finishedRows),
+          describeDrain,
+          { warmup: !phase('drain') },
+        );
+        F[`drain1m.${name}`] = { rate: rates(runs), runs };
+      });
+    }
+  }
+
+  await server.dropCreated();
+
+  // 5. Statements per 100 tasks --------------------------------------------------
+  if (phase('statements') && has('project')) {
+    await attempt('statements.project', async () => {
+      const runs = await repeat('statements per 100 tasks: project', settings.reps, () => projectStatements(ctx), (r) => `${fmt2(r.total.per100.statements)} statements, ${fmt2(r.total.per100.roundTrips)} round trips per 100`, { warmup: false });
+      F['statements.project'] = runs[0];
+      F['statements.project.identical'] = runs.every((r) => JSON.stringify(r) === JSON.stringify(runs[0]));
+    });
+  }
+
+  // 6. Fairness ------------------------------------------------------------------
+  if (phase('fairness') && has('project')) {
+    await attempt('fairness.project', async () => {
+      const runs = await repeat('fairness 1:3:1: project', settings.reps, () => projectFairness(ctx), (r) => `max share error ${fmt2(r.maxErrorPoints)} points, small tenant gap p99 ${r.late.gapP99}`, { warmup: false });
+      F['fairness.project'] = { maxErrorPoints: summarize(runs.map((r) => r.maxErrorPoints)), gapP99: summarize(runs.map((r) => r.late.gapP99)), firstClaimAfter: summarize(runs.map((r) => r.late.firstClaimAfter)), runs };
+    });
+  }
+
+  await server.dropCreated();
+
+  // 7. The physical ceiling -------------------------------------------------------
+  if (phase('ceiling')) {
+    await attempt('ceiling', async () => {
+      const url = await prepareCeiling(ctx);
+      const fig: Record<string, unknown> = {};
+      for (const kind of ['single', 'batch100', 'connect'] as const) {
+        const secs = kind === 'connect' ? Math.min(5, settings.pgbenchSeconds) : settings.pgbenchSeconds;
+        const runs = await repeat(`pgbench ${kind} (${settings.cores} clients, ${secs} s)`, settings.reps, () => runCeiling(ctx, url, kind, secs), (r: CeilingRun) => `${fmtInt(r.tps)} tps`, { warmup: kind !== 'connect' });
+        fig[kind] = { tps: summarize(runs.map((r) => r.tps)), rowsPerSecond: summarize(runs.map((r) => r.rowsPerSecond)), connectMs: summarize(runs.map((r) => r.connectMs ?? NaN)), runs };
+      }
+      F.ceiling = fig;
+    });
+  }
+
+  await server.dropCreated();
+
+  // 8. Bundle and memory -------------------------------------------------------------
+  if (phase('bundle') && has('project')) {
+    await attempt('bundle', async () => {
+      progress('bundle: wrangler deploy --dry-run');
+      const b = await measureBundle();
+      F.bundle = b;
+      progress(`bundle: ${fmtInt(b.rawBytes / 1024)} KiB raw, ${fmtInt(b.gzipBytes / 1024)} KiB gzip (wrangler: ${b.wranglerReported})`);
+    });
+  }
+  if (phase('memory') && has('project')) {
+    await attempt('memory', async () => {
+      progress('memory per batch: child process with --expose-gc');
+      const url = await server.freshDatabase('bench_project_memory');
+      const { migrateProject } = await import('./core.ts');
+      await migrateProject(url, proxy.address);
+      const out = await new Promise<string>((resolve, reject) => {
+        const child = spawn(process.execPath, ['--expose-gc', '--max-semi-space-size=64', join(root, 'bench/memory.ts'), url, proxy.address], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] });
+        let text = '';
+        child.stdout.on('data', (d: Buffer) => (text += d.toString()));
+        child.once('error', reject);
+        child.once('exit', (code) => (code === 0 ? resolve(text) : reject(new Error(`memory.ts exited ${code}`))));
+      });
+      F.memory = JSON.parse(out.trim().split('\n').at(-1)!);
+    });
+  }
+} finally {
+  await proxy.stop();
+  await server.stop();
+}
+
+// The table ----------------------------------------------------------------------
+type Rated = { rate: Summary };
+const get = <T>(k: string) => F[k] as T | undefined;
+const rows: Row[] = [];
+const pe = get<{ single: Summary; batch: Summary }>('enqueue.pg-boss');
+const ge = get<{ single: Summary; batch: Summary }>('enqueue.graphile-worker');
+const httpSingle = get<Rated>('enqueue.project.httpSingle');
+const coreBatch = get<Rated>('enqueue.project.batch');
+const httpBatch = get<Rated>('enqueue.project.httpBatch');
+if (phase('enqueue')) {
+  const vsPb = ratio(httpSingle?.rate, pe?.single);
+  const vsGw = ratio(httpSingle?.rate, ge?.single);
+  rows.push({
+    workload: `1. enqueue one at a time, c=${settings.singleConcurrency} (tasks/s)`,
+    project: `${range(httpSingle?.rate, fmt1)} HTTP`,
+    pgboss: range(pe?.single),
+    graphile: range(ge?.single),
+    target: `>= 1x each peer (${x(vsPb)} pg-boss, ${x(vsGw)} graphile)`,
+    verdict: verdict(vsPb === undefined || vsGw === undefined ? undefined : vsPb >= 1 && vsGw >= 1),
+  });
+  const vsGwBatch = ratio(coreBatch?.rate, ge?.batch);
+  rows.push({
+    workload: `1. enqueue in batches of ${settings.batchSize} (tasks/s)`,
+    project: `${range(coreBatch?.rate)} core; ${range(httpBatch?.rate)} HTTP`,
+    pgboss: range(pe?.batch),
+    graphile: range(ge?.batch),
+    target: `core >= 1x graphile addJobs (${x(vsGwBatch)})`,
+    verdict: verdict(vsGwBatch === undefined ? undefined : vsGwBatch >= 1),
+  });
+}
+const pd = get<Rated>('drain.project');
+const bd = get<Rated>('drain.pg-boss');
+const gd = get<Rated>('drain.graphile-worker');
+if (phase('drain')) {
+  const vsG = ratio(pd?.rate, gd?.rate);
+  const vsB = ratio(pd?.rate, bd?.rate);
+  rows.push({
+    workload: `2. drain ${fmtInt(settings.tasks)} no-op tasks (tasks/s)`,
+    project: range(pd?.rate) + deadlockNote('drain.project'),
+    pgboss: range(bd?.rate),
+    graphile: range(gd?.rate),
+    target: `>= 1.5x graphile (${x(vsG)}), >= 2x pg-boss (${x(vsB)})`,
+    verdict: verdict(vsG === undefined || vsB === undefined ? undefined : vsG >= 1.5 && vsB >= 2),
+  });
+}
+if (phase('latency')) {
+  const L = (k: string) => get<{ p50: Summary; p95: Summary; p99: Summary }>(`latency.${k}`);
+  const cell = (k: string) => {
+    const l = L(k);
+    return l ? `p50 ${range(l.p50)} / p95 ${range(l.p95)} / p99 ${range(l.p99)}` : 'n/a';
+  };
+  const r = ratio(L('project')?.p99, L('graphile-worker')?.p99);
+  rows.push({
+    workload: `3. due-to-start latency, ${settings.latencyTasks} tasks over ${settings.latencySpreadMs / 1000} s (ms)`,
+    project: cell('project'),
+    pgboss: cell('pg-boss'),
+    graphile: cell('graphile-worker'),
+    target: `p99 <= 0.5x graphile (${x(r)})`,
+    verdict: verdict(r === undefined ? undefined : r <= 0.5),
+  });
+}
+if (phase('drain-1m')) {
+  const p1 = get<Rated>('drain1m.project');
+  const b1 = get<Rated>('drain1m.pg-boss');
+  const r = ratio(p1?.rate, pd?.rate);
+  const rb = ratio(b1?.rate, bd?.rate);
+  rows.push({
+    workload: `4. drain with ${fmtInt(settings.finishedRows)} finished rows (tasks/s; vs empty)`,
+    project: `${range(p1?.rate)} (${x(r)})${deadlockNote('drain1m.project')}`,
+    pgboss: b1 ? `${range(b1.rate)} (${x(rb)})` : 'not run',
+    graphile: 'n/a (deletes completed jobs)',
+    target: `>= 0.83x empty (${x(r)})`,
+    verdict: verdict(r === undefined ? undefined : r >= 0.83),
+  });
+}
+const st = get<{ enqueue: StepCount; sweep: StepCount; consume: StepCount; total: StepCount }>('statements.project');
+if (phase('statements')) {
+  rows.push({
+    workload: '5. statements (round trips) per 100 tasks',
+    project: st
+      ? `enqueue ${fmt2(st.enqueue.per100.statements)} (${fmt2(st.enqueue.per100.roundTrips)}), sweep ${fmt2(st.sweep.per100.statements)} (${fmt2(st.sweep.per100.roundTrips)}), consume ${fmt2(st.consume.per100.statements)} (${fmt2(st.consume.per100.roundTrips)}); total ${fmt2(st.total.per100.statements)} (${fmt2(st.total.per100.roundTrips)})`
+      : 'n/a',
+    pgboss: '',
+    graphile: '',
+    target: '<= 5 end to end',
+    verdict: verdict(st ? st.total.per100.statements <= 5 : undefined),
+  });
+}
+const fair = get<{ maxErrorPoints: Summary; gapP99: Summary; firstClaimAfter: Summary; runs: FairnessResult[] }>('fairness.project');
+if (phase('fairness')) {
+  const f0 = fair?.runs[0];
+  rows.push({
+    workload: '6. fairness, weights 1:3:1 under a shared backlog',
+    project: f0
+      ? `shares ${Object.entries(f0.share).map(([t, v]) => `${t} ${fmt1(v * 100)}%`).join(', ')} over ${f0.window} claims; max error ${fmt2(fair!.maxErrorPoints.median)} points; late small tenant: first claim after ${range(fair!.firstClaimAfter)} claims, p99 gap ${range(fair!.gapP99)} claims (ideal ${f0.late.idealGap})`
+      : 'n/a',
+    pgboss: '',
+    graphile: '',
+    target: 'reported',
+    verdict: '',
+  });
+}
+const ceil = get<Record<'single' | 'batch100' | 'connect', { tps: Summary; rowsPerSecond: Summary; connectMs: Summary }>>('ceiling');
+if (phase('ceiling')) {
+  const frac = (d: Rated | undefined) => (ceil && d ? `${fmt2(d.rate.median / ceil.single.tps.median)}x single-row TPS, ${fmt1((100 * d.rate.median) / ceil.batch100.rowsPerSecond.median)}% of 100-row rows/s` : 'n/a');
+  rows.push({
+    workload: `7. ceiling (pgbench, ${settings.cores} clients)`,
+    project: ceil
+      ? `single-row UPDATE ${range(ceil.single.tps)} tps; 100-row UPDATE ${range(ceil.batch100.rowsPerSecond)} rows/s; new connections ${range(ceil.connect.tps)}/s (${fmt1(ceil.connect.connectMs.median)} ms each)`
+      : 'n/a',
+    pgboss: '',
+    graphile: '',
+    target: 'drain as a fraction',
+    verdict: '',
+  });
+  rows.push({
+    workload: '7. drain as a fraction of the ceiling',
+    project: frac(pd),
+    pgboss: frac(bd),
+    graphile: frac(gd),
+    target: 'reported',
+    verdict: '',
+  });
+}
+const bundle = get<BundleSize>('bundle');
+if (phase('bundle')) {
+  rows.push({
+    workload: '8. Worker bundle (wrangler deploy --dry-run)',
+    project: bundle ? `${fmtInt(bundle.rawBytes / 1000)} KB raw, ${fmtInt(bundle.gzipBytes / 1000)} KB gzip` : 'n/a',
+    pgboss: '',
+    graphile: '',
+    target: '<= 400 KB gzip',
+    verdict: verdict(bundle ? bundle.gzipBytes <= 400_000 : undefined),
+  });
+}
+const mem = get<{ sweep: { allocatedBytes: Summary; retainedBytes: Summary }; consume: { allocatedBytes: Summary; retainedBytes: Summary }; }>('memory');
+if (phase('memory')) {
+  const kb = (n: number) => fmtInt(n / 1000);
+  rows.push({
+    workload: '8. heap per batch of 100 (allocated / retained, KB)',
+    project: mem
+      ? `sweep ${range(mem.sweep.allocatedBytes, kb)} / ${range(mem.sweep.retainedBytes, kb)}; consumeBatch ${range(mem.consume.allocatedBytes, kb)} / ${range(mem.consume.retainedBytes, kb)}`
+      : 'n/a',
+    pgboss: '',
+    graphile: '',
+    target: 'reported',
+    verdict: '',
+  });
+}
+
+results.durationSeconds = Math.round((Date.now() - began) / 1000);
+results.machine.loadAverageAtEnd = loadavg().map((l) => Number(l.toFixed(2)));
+const table = renderTable(rows);
+results.table = table;
+const header = [
+  `Machine: ${results.machine.cores} cores (${results.machine.cpu}), ${results.machine.memoryGiB} GiB; Node ${process.version}; PostgreSQL ${results.machine.postgres}; load average ${(results.machine.loadAverageAtStart as number[]).join(' ')} at start, ${(results.machine.loadAverageAtEnd as number[]).join(' ')} at end.`,
+  `Run ${results.startedAt}, ${results.durationSeconds} s; ${settings.reps} repetitions after a warm-up, median (min–max); every figure printed only after its tasks were verified finished by SQL count.`,
+  `pg-boss: ${JSON.stringify(pgbossSettings(settings).work)}, pool ${settings.pgboss.poolMax}. graphile-worker: ${JSON.stringify(graphileSettings(settings).worker)}. This project: ${settings.sweepers} sweep loops + ${settings.consumers} consumers, batches of ${settings.queueBatch}; latency sweep tick ${settings.tickMs / 1000} s.`,
+];
+const errors = Object.entries(results.errors).map(([k, v]) => `ERROR ${k}: ${v}`);
+console.log([...header, '', table, ...(errors.length ? ['', ...errors] : [])].join('\n'));
+
+const dir = join(root, 'bench/results');
+await mkdir(join(dir, 'runs'), { recursive: true });
+const json = JSON.stringify(results, null, 2) + '\n';
+await writeFile(join(dir, 'latest.json'), json);
+await writeFile(join(dir, 'runs', `${results.startedAt.replace(/[:.]/g, '-')}.json`), json);
+progress(`done in ${results.durationSeconds} s; results in bench/results/latest.json`);
+process.exit(Object.keys(results.errors).length > 0 ? 1 : 0);

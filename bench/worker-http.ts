@@ -1,0 +1,176 @@
+// Enqueue over HTTP through the real Worker: `wrangler dev` (workerd, the
+// Worker's own bundle and bindings) against the bench database, the admin
+// token for auth, the Neon driver through the WebSocket proxy, one database
+// connection per request as in production.
+//
+// The `default` queue is paused while enqueueing: an enqueue due now kicks a
+// dispatch of its queue after answering (kickDueQueues), and with the queue
+// running that would start the local Queue consumer inside the same workerd
+// and measure draining too. Paused, the kick still runs its one claim
+// statement (which finds the queue paused and claims nothing), so the figure
+// is the full cost of an enqueue request and nothing else. The peers'
+// one-at-a-time calls are likewise measured with no worker running.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { closeSync, openSync, rmSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { freePort } from '../scripts/postgres.ts';
+import { setQueuePaused } from '../src/db/sql/tenants.ts';
+import type { Ctx } from './context.ts';
+import { migrateProject, openProjectDb } from './core.ts';
+import { root, tempDir, withClient } from './server.ts';
+import { sleep } from './stats.ts';
+
+export interface WorkerDev {
+  url: string;
+  adminToken: string;
+  databaseUrl: string;
+  stop(): Promise<void>;
+}
+
+export async function startWorkerDev(ctx: Ctx): Promise<WorkerDev> {
+  const databaseUrl = await ctx.server.freshDatabase('bench_project_http');
+  await migrateProject(databaseUrl, ctx.proxy);
+  const db = await openProjectDb(databaseUrl, ctx.proxy);
+  await setQueuePaused(db, { queue: 'default', paused: true });
+  await db.close();
+
+  const dir = await tempDir('scheduler-bench-wrangler-');
+  const adminToken = `adm_${randomBytes(24).toString('base64url')}`;
+  const envFile = join(dir.path, 'dev.env');
+  const vars: Record<string, string> = {
+    DATABASE_URL: databaseUrl,
+    DATABASE_WS_PROXY: ctx.proxy,
+    ADMIN_TOKEN: adminToken,
+    SIGNING_SECRET: `whsec_${randomBytes(32).toString('base64')}`,
+  };
+  await writeFile(envFile, Object.entries(vars).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join('\n') + '\n', { mode: 0o600 });
+  const port = await freePort();
+  const logFd = openSync(join(dir.path, 'wrangler.log'), 'a');
+  const child: ChildProcess = spawn(
+    process.execPath,
+    [
+      join(root, 'node_modules/wrangler/bin/wrangler.js'),
+      'dev',
+      '--ip', '127.0.0.1',
+      '--port', String(port),
+      '--env-file', envFile,
+      '--persist-to', join(dir.path, 'state'),
+      '--show-interactive-dev-session=false',
+      '--log-level', 'warn',
+    ],
+    {
+      cwd: root,
+      detached: true,
+      stdio: ['ignore', logFd, logFd],
+      env: { ...process.env, WRANGLER_SEND_METRICS: 'false', CLOUDFLARE_SEND_METRICS: 'false' },
+    },
+  );
+  closeSync(logFd);
+  const url = `http://127.0.0.1:${port}`;
+  // wrangler runs detached (its own process group, for workerd): take it down
+  // with the bench whatever ends the bench.
+  const onExit = () => {
+    try {
+      if (child.exitCode === null && child.pid) process.kill(-child.pid, 'SIGTERM');
+    } catch {
+      /* gone */
+    }
+    rmSync(dir.path, { recursive: true, force: true });
+  };
+  process.once('exit', onExit);
+  const stop = async () => {
+    process.removeListener('exit', onExit);
+    if (child.exitCode === null && child.pid) {
+      const exited = new Promise((r) => child.once('exit', r));
+      // wrangler runs workerd as a child: signal the whole process group.
+      try {
+        process.kill(-child.pid, 'SIGTERM');
+      } catch {
+        /* gone */
+      }
+      const timer = setTimeout(() => {
+        try {
+          process.kill(-child.pid!, 'SIGKILL');
+        } catch {
+          /* gone */
+        }
+      }, 5000);
+      await exited;
+      clearTimeout(timer);
+    }
+    await dir.remove();
+  };
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    if (child.exitCode !== null) {
+      await stop();
+      throw new Error(`wrangler dev exited with code ${child.exitCode}`);
+    }
+    try {
+      if ((await fetch(`${url}/healthz`)).status === 200) break;
+    } catch {
+      /* not listening yet */
+    }
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error('wrangler dev: /healthz did not answer within 120 s');
+    }
+    await sleep(250);
+  }
+  return { url, adminToken, databaseUrl, stop };
+}
+
+/** Empties the task tables between repetitions (the Worker keeps its DATABASE_URL). */
+async function truncate(w: WorkerDev): Promise<void> {
+  await withClient(w.databaseUrl, (c) => c.query('truncate tasks, tenants restart identity'));
+}
+
+async function stored(w: WorkerDev): Promise<number> {
+  return withClient(w.databaseUrl, async (c) => Number((await c.query<{ n: string }>(`select count(*) as n from tasks where status = 'queued'`)).rows[0]!.n));
+}
+
+export interface HttpRate {
+  tasks: number;
+  seconds: number;
+  rate: number;
+  /** Requests per second (the batch mode sends 1,000 tasks per request). */
+  requests: number;
+}
+
+export async function httpEnqueue(ctx: Ctx, w: WorkerDev, mode: 'single' | 'batch', count?: number): Promise<HttpRate> {
+  const s = ctx.settings;
+  await truncate(w);
+  const n = count ?? (mode === 'single' ? s.httpSingleTasks : s.tasks);
+  const headers = { authorization: `Bearer ${w.adminToken}`, 'content-type': 'application/json', 'x-tenant': 'bench' };
+  const post = async (path: string, body: unknown, expect: number) => {
+    const res = await fetch(`${w.url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
+    const text = await res.text();
+    if (res.status !== expect) throw new Error(`POST ${path}: ${res.status} ${text.slice(0, 300)}`);
+  };
+  let requests = 0;
+  const t0 = performance.now();
+  if (mode === 'single') {
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: s.singleConcurrency }, async () => {
+        while (next < n) {
+          const i = next++;
+          await post('/v1/tasks', { task: 'noop', payload: { n: i } }, 201);
+          requests += 1;
+        }
+      }),
+    );
+  } else {
+    for (let i = 0; i < n; i += s.batchSize) {
+      const tasks = Array.from({ length: Math.min(s.batchSize, n - i) }, (_, k) => ({ task: 'noop', payload: { n: i + k } }));
+      await post('/v1/tasks/batch', { tasks }, 201);
+      requests += 1;
+    }
+  }
+  const seconds = (performance.now() - t0) / 1000;
+  const got = await stored(w);
+  if (got !== n) throw new Error(`HTTP ${mode} enqueue: ${got} of ${n} tasks stored`);
+  return { tasks: n, seconds, rate: n / seconds, requests: requests / seconds };
+}
