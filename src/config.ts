@@ -9,8 +9,11 @@ const bool = z
   .transform((v) => ['true', '1', 'yes', 'on'].includes(v));
 
 const ConfigSchema = z.object({
-  /** Most tasks one claim statement takes (and one sendBatch sends: Queues cap it at 100). */
-  SWEEP_BATCH_SIZE: int(1, 100).default(100),
+  /**
+   * Most tasks one claim statement takes; they are sent in sendBatch calls of
+   * at most 100 (the Queues limit) and marked dispatched in one statement.
+   */
+  SWEEP_BATCH_SIZE: int(1, 1000).default(100),
   /** Most scheduled tasks one promote statement makes runnable. */
   PROMOTE_BATCH_SIZE: int(1, 10_000).default(1000),
   /** Most due schedules one materialization batch (one transaction) takes. */

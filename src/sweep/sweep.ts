@@ -78,7 +78,10 @@ export function reportLostFences(log: Logger, step: string, lost: readonly LostF
   }
 }
 
-/** Claims one batch of a queue, sends it, marks it dispatched. */
+/** Cloudflare Queues take at most 100 messages per sendBatch. */
+export const QUEUE_SEND_LIMIT = 100;
+
+/** Claims one batch of a queue, sends it (in chunks the Queue accepts), marks it dispatched. */
 async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts> {
   const { db, config, log } = deps;
   const faults = deps.faults ?? noFaults;
@@ -93,15 +96,18 @@ async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promis
   if (claimed.length === 0) return counts;
   await faults('sweep.after_claim', { queue, ids: claimed.map((c) => c.id) });
 
+  const messages = claimed.map((c) => ({
+    body: { id: c.id, epoch: c.epoch, runAt: c.runAt.getTime() },
+    // Rounded down: the consumer waits out the remaining fraction.
+    ...(c.delayMs >= 1000 ? { delaySeconds: Math.floor(c.delayMs / 1000) } : {}),
+  }));
   try {
-    await deps.sender.sendBatch(
-      claimed.map((c) => ({
-        body: { id: c.id, epoch: c.epoch, runAt: c.runAt.getTime() },
-        // Rounded down: the consumer waits out the remaining fraction.
-        ...(c.delayMs >= 1000 ? { delaySeconds: Math.floor(c.delayMs / 1000) } : {}),
-      })),
-    );
+    for (let i = 0; i < messages.length; i += QUEUE_SEND_LIMIT) {
+      await deps.sender.sendBatch(messages.slice(i, i + QUEUE_SEND_LIMIT));
+    }
   } catch (error) {
+    // All claims go back, including those whose chunk went out: their
+    // messages find the task queued (or re-claimed under a new epoch) and skip it.
     counts.released = await releaseClaims(db, { now, tasks: claimed });
     log.error('send to queue failed; claims released', { queue, claimed: claimed.length, released: counts.released, error });
     throw error;

@@ -127,7 +127,8 @@ describe('reading and managing schedules', () => {
     expect((await api.admin('DELETE', '/v1/schedules/soon', as('acme'))).status).toBe(200);
     const out = await h.consume([m!.body], { now: new Date(T0.getTime() + 60_000) });
     expect(out.results).toEqual([]);
+    // Cancelled, and kept as history of the schedule that made it.
     const rows = await t.db.query<{ status: string; schedule_id: string | null }>('select status, schedule_id from tasks');
-    expect(rows).toEqual([{ status: 'cancelled', schedule_id: null }]);
+    expect(rows).toEqual([{ status: 'cancelled', schedule_id: '1' }]);
   });
 });

@@ -23,8 +23,7 @@ declare
     'running>cancelled'];
 begin
   if old.status = any(terminal) then
-    -- Deleting a schedule unlinks its occurrences (schedule_id set null): not a state change.
-    if to_jsonb(new) - 'schedule_id' is distinct from to_jsonb(old) - 'schedule_id' then
+    if row(new.*) is distinct from row(old.*) then
       raise exception 'I5: task % left or changed terminal state % (to %)', old.id, old.status, new.status;
     end if;
     return new;

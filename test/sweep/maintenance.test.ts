@@ -116,22 +116,34 @@ describe('bounds', () => {
     expect(counted.counts.byName.tasks_mark_dispatched_if_running).toBe(batchSizes.length);
   });
 
-  it('costs a fixed number of statements per batch, whatever its size', async () => {
-    await h.enqueue(Array.from({ length: 100 }, () => ({ task: 'noop' })), { now: T0 });
+  it('costs a fixed number of statements per batch, whatever its size, sending in chunks of 100', async () => {
+    await h.enqueue(Array.from({ length: 250 }, () => ({ task: 'noop' })), { now: T0 });
     const counted = countStatements(t.db);
-    const hc = createHarness(counted.db);
-    await hc.sweep({ now: T0 });
+    const sizes: number[] = [];
+    const outbox = createOutbox();
+    const sender = {
+      sendBatch: async (msgs: Iterable<{ body: never }>) => {
+        const list = [...msgs];
+        sizes.push(list.length);
+        return outbox.sendBatch(list);
+      },
+    };
+    const hc = createHarness(counted.db, { config: { sweepBatchSize: 500 } });
+    await hc.sweep({ now: T0, sender });
     const sweepCounts = { ...counted.counts.byName };
+    expect(sizes).toEqual([100, 100, 50]);
     counted.reset();
-    await hc.consume(hc.outbox.take().map((m) => m.body), { now: T0 });
-    expect(counted.counts.byName).toEqual({ tasks_start_if_claimed: 1, tasks_finish_if_running: 1 });
-    // reap, due schedules, promote, list queues, claim (full batch, so one more empty claim), mark, purge
+    const bodies = outbox.take().map((m) => m.body);
+    for (let i = 0; i < bodies.length; i += 100) await hc.consume(bodies.slice(i, i + 100), { now: T0 });
+    // One start and one finish per Queue batch of up to 100.
+    expect(counted.counts.byName).toEqual({ tasks_start_if_claimed: 3, tasks_finish_if_running: 3 });
+    // reap, due schedules, promote, list queues, one claim of 250 (< the batch of 500), one mark, purge
     expect(sweepCounts).toEqual({
       tasks_reap_expired: 1,
       schedules_lock_due: 1,
       tasks_promote_due: 1,
       queues_list_claimable: 1,
-      tasks_claim_runnable: 2,
+      tasks_claim_runnable: 1,
       tasks_mark_dispatched_if_running: 1,
       tasks_purge_finished: 1,
     });

@@ -119,7 +119,7 @@ export async function setScheduleEnabled(
 
 /**
  * Cancels a schedule's occurrences that have not started. Runs in the delete's
- * transaction, before the row goes (the foreign key then unlinks the rest).
+ * transaction, before the row goes; the rest keep their schedule_id as history.
  */
 const schedulesCancelPending = sql(
   'schedules_cancel_pending_occurrences',
