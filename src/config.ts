@@ -24,6 +24,12 @@ const ConfigSchema = z.object({
   PURGE_BATCH_SIZE: int(1, 10_000).default(1000),
   /** Wall-clock budget of one sweep; steps stop starting new batches past it. */
   SWEEP_TIME_BUDGET_MS: int(100, 900_000).default(20_000),
+  /**
+   * The consumer's max_batch_timeout (wrangler.toml): delayed messages are sent
+   * this much earlier, so a batch the Queue holds that long still arrives
+   * before its tasks are due; the consumer waits out the rest.
+   */
+  QUEUE_BATCH_TIMEOUT_SECONDS: int(0, 60).default(1),
   /** Tasks due within this window are claimed early and sent with a delay. */
   LOOKAHEAD_SECONDS: int(0, 600).default(60),
   /** How long a claimed task may stay unsent before the reaper gives it back (no attempt spent). */
@@ -54,6 +60,7 @@ export interface Config {
   purgeBatchSize: number;
   sweepTimeBudgetMs: number;
   lookaheadSeconds: number;
+  queueBatchTimeoutSeconds: number;
   claimLeaseSeconds: number;
   dispatchLeaseSeconds: number;
   leaseGraceSeconds: number;
@@ -88,6 +95,7 @@ export function readConfig(vars: Record<string, unknown>): Config {
     purgeBatchSize: v.PURGE_BATCH_SIZE,
     sweepTimeBudgetMs: v.SWEEP_TIME_BUDGET_MS,
     lookaheadSeconds: v.LOOKAHEAD_SECONDS,
+    queueBatchTimeoutSeconds: v.QUEUE_BATCH_TIMEOUT_SECONDS,
     claimLeaseSeconds: v.CLAIM_LEASE_SECONDS,
     dispatchLeaseSeconds: v.DISPATCH_LEASE_SECONDS,
     leaseGraceSeconds: v.LEASE_GRACE_SECONDS,

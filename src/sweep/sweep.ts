@@ -96,11 +96,13 @@ async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promis
   if (claimed.length === 0) return counts;
   await faults('sweep.after_claim', { queue, ids: claimed.map((c) => c.id) });
 
-  const messages = claimed.map((c) => ({
-    body: { id: c.id, epoch: c.epoch, runAt: c.runAt.getTime() },
-    // Rounded down: the consumer waits out the remaining fraction.
-    ...(c.delayMs >= 1000 ? { delaySeconds: Math.floor(c.delayMs / 1000) } : {}),
-  }));
+  const messages = claimed.map((c) => {
+    // Whole seconds, rounded down and shortened by the Queue's batch timeout:
+    // the message arrives a little early and the consumer waits out the rest,
+    // so the task starts on its millisecond.
+    const delaySeconds = Math.floor(c.delayMs / 1000) - config.queueBatchTimeoutSeconds;
+    return { body: { id: c.id, epoch: c.epoch, runAt: c.runAt.getTime() }, ...(delaySeconds > 0 ? { delaySeconds } : {}) };
+  });
   try {
     for (let i = 0; i < messages.length; i += QUEUE_SEND_LIMIT) {
       await deps.sender.sendBatch(messages.slice(i, i + QUEUE_SEND_LIMIT));

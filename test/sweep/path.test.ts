@@ -54,8 +54,9 @@ describe('enqueue → sweep → consume', () => {
     expect(counts.promoted).toBe(1);
     expect(counts.claimed).toBe(1);
     const [m] = h.outbox.take();
-    // 37.25 s ahead: rounded down to whole seconds, the consumer waits out the rest.
-    expect(m!.delaySeconds).toBe(37);
+    // 37.25 s ahead: rounded down to whole seconds, less the Queue's 1 s batch
+    // timeout; the consumer waits out the rest.
+    expect(m!.delaySeconds).toBe(36);
     expect(m!.body.runAt).toBe(Date.parse('2026-12-01T12:05:37.250Z'));
 
     const out = await h.consume([m!.body], { now: new Date('2026-12-01T12:05:37.000Z') });
