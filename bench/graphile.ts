@@ -17,17 +17,22 @@ const quiet = new Logger(() => (level, message) => {
   if (level === 'error') process.stderr.write(`[graphile-worker] ${message}\n`);
 });
 
+/** The worker options every graphile-worker run uses, and the settings print shows. */
+function workerOptions(s: Settings) {
+  return {
+    concurrentJobs: s.graphile.concurrentJobs,
+    maxPoolSize: s.graphile.maxPoolSize,
+    localQueue: { size: s.graphile.localQueueSize },
+    completeJobBatchDelay: s.graphile.completeJobBatchDelay,
+    failJobBatchDelay: s.graphile.failJobBatchDelay,
+    pollInterval: s.graphile.pollInterval,
+  };
+}
+
 export function graphileSettings(s: Settings): Record<string, unknown> {
   return {
     version: '0.18.0',
-    worker: {
-      concurrentJobs: s.graphile.concurrentJobs,
-      maxPoolSize: s.graphile.maxPoolSize,
-      localQueue: { size: s.graphile.localQueueSize },
-      completeJobBatchDelay: s.graphile.completeJobBatchDelay,
-      failJobBatchDelay: s.graphile.failJobBatchDelay,
-      pollInterval: s.graphile.pollInterval,
-    },
+    worker: workerOptions(s),
     addJobsBatch: s.batchSize,
   };
 }
@@ -50,12 +55,7 @@ async function startRunner(url: string, s: Settings, taskList: Record<string, (p
     preset: {
       worker: {
         connectionString: url,
-        concurrentJobs: s.graphile.concurrentJobs,
-        maxPoolSize: s.graphile.maxPoolSize,
-        localQueue: { size: s.graphile.localQueueSize },
-        completeJobBatchDelay: s.graphile.completeJobBatchDelay,
-        failJobBatchDelay: s.graphile.failJobBatchDelay,
-        pollInterval: s.graphile.pollInterval,
+        ...workerOptions(s),
         crontabFile: '/nonexistent/crontab',
       },
     },

@@ -13,15 +13,20 @@ import { sleep } from './stats.ts';
 
 const QUEUE = 'bench';
 
+/** The `work` options every pg-boss run uses, and the settings print shows. */
+function workOptions(s: Settings) {
+  return {
+    batchSize: s.pgboss.batchSize,
+    localConcurrency: s.pgboss.localConcurrency,
+    pollingIntervalSeconds: s.pgboss.pollingIntervalSeconds,
+    burstWhenBatchFull: s.pgboss.burstWhenBatchFull,
+  };
+}
+
 export function pgbossSettings(s: Settings): Record<string, unknown> {
   return {
     version: '12.38.0',
-    work: {
-      batchSize: s.pgboss.batchSize,
-      localConcurrency: s.pgboss.localConcurrency,
-      pollingIntervalSeconds: s.pgboss.pollingIntervalSeconds,
-      burstWhenBatchFull: s.pgboss.burstWhenBatchFull,
-    },
+    work: workOptions(s),
     poolMax: s.pgboss.poolMax,
     insertBatch: s.batchSize,
     queue: `${QUEUE} (policy standard, not partitioned)`,
@@ -119,12 +124,7 @@ export async function pgbossDrain(ctx: Ctx, finishedRows = 0): Promise<PeerDrain
     const t0 = performance.now();
     await boss.work(
       QUEUE,
-      {
-        batchSize: s.pgboss.batchSize,
-        localConcurrency: s.pgboss.localConcurrency,
-        pollingIntervalSeconds: s.pgboss.pollingIntervalSeconds,
-        burstWhenBatchFull: s.pgboss.burstWhenBatchFull,
-      },
+      workOptions(s),
       async (jobs) => {
         handled += jobs.length;
       },
@@ -163,12 +163,7 @@ export async function pgbossLatency(ctx: Ctx, due: () => number[]): Promise<numb
     const lateness: number[] = [];
     await boss.work<{ runAt: number }>(
       QUEUE,
-      {
-        batchSize: s.pgboss.batchSize,
-        localConcurrency: s.pgboss.localConcurrency,
-        pollingIntervalSeconds: s.pgboss.pollingIntervalSeconds,
-        burstWhenBatchFull: s.pgboss.burstWhenBatchFull,
-      },
+      workOptions(s),
       async (jobs) => {
         const now = Date.now();
         for (const j of jobs) lateness.push(now - j.data.runAt);
