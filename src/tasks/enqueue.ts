@@ -103,27 +103,19 @@ export async function enqueueTasks(
 
 async function writeBatch(deps: EnqueueDeps, tenant: string, rows: NewTask[], now?: Date): Promise<EnqueueResult[]> {
   const written = await insertTasks(deps.db, { now, tenant, lookaheadSeconds: deps.config.lookaheadSeconds, tasks: rows });
-
-  // Keyed rows come back by key; unkeyed ones were inserted in input order, so
-  // their ids ascend in that order.
-  const byKey = new Map(written.filter((t) => t.idempotencyKey !== null).map((t) => [t.idempotencyKey!, t]));
-  const unkeyed = written.filter((t) => t.idempotencyKey === null).sort((a, b) => Number(BigInt(a.id) - BigInt(b.id)));
-  const missingKeys = rows.flatMap((r) => (r.idempotencyKey !== null && !byKey.has(r.idempotencyKey) ? [r.idempotencyKey] : []));
+  const missingKeys = rows.flatMap((r, i) => (written[i] === null ? [r.idempotencyKey!] : []));
   const spent = new Map(
     missingKeys.length > 0 ? (await findSpentKeys(deps.db, tenant, missingKeys)).map((s) => [s.idempotencyKey, s]) : [],
   );
-
-  let next = 0;
-  return rows.map((row): EnqueueResult => {
-    if (row.idempotencyKey === null) return { outcome: 'created', task: unkeyed[next++]! };
-    const task = byKey.get(row.idempotencyKey);
-    if (task) {
-      const { created, ...rest } = task;
-      if (created) return { outcome: 'created', task: rest };
-      const waiting = rest.status === 'scheduled' || rest.status === 'queued';
-      return { outcome: waiting ? 'rescheduled' : 'deduplicated', task: rest };
+  return rows.map((row, i): EnqueueResult => {
+    const w = written[i];
+    if (w) {
+      const { created, ...task } = w;
+      if (created) return { outcome: 'created', task };
+      const waiting = task.status === 'scheduled' || task.status === 'queued';
+      return { outcome: waiting ? 'rescheduled' : 'deduplicated', task };
     }
-    const record = spent.get(row.idempotencyKey);
+    const record = spent.get(row.idempotencyKey!);
     if (!record) throw new Error(`enqueue: no row came back for idempotency key ${row.idempotencyKey}`);
     return { outcome: 'deduplicated', task: null, spent: record };
   });

@@ -126,10 +126,11 @@ const tasksInsertBatch = sql(
              (t.xmax = 0) as created`,
 );
 
+/** One result per input, in input order; null where the key was spent and its task already purged. */
 export async function insertTasks(
   q: Queryable,
   p: { now?: Now; tenant: string; lookaheadSeconds: number; tasks: readonly NewTask[] },
-): Promise<WrittenTask[]> {
+): Promise<(WrittenTask | null)[]> {
   const col = <K extends keyof NewTask>(k: K) => p.tasks.map((t) => t[k]);
   const rows = await q.query<TaskRow & { created: boolean }>(tasksInsertBatch, [
     at(p.now),
@@ -147,16 +148,16 @@ export async function insertTasks(
     col('delivery'),
     col('idempotencyKey'),
   ]);
-  // Keyed rows are matched by key; unkeyed ones were inserted in input order,
-  // so their ids ascend in that order.
-  const keyed = new Map(p.tasks.flatMap((t) => (t.idempotencyKey === null ? [] : [[t.idempotencyKey, t] as const])));
-  const unkeyed = p.tasks.filter((t) => t.idempotencyKey === null);
-  const created = rows.filter((r) => r.created).sort((a, b) => Number(BigInt(a.id) - BigInt(b.id)));
+  // Back to input order: keyed rows by key; unkeyed ones were inserted in
+  // input order, so their ids ascend in that order.
+  const byKey = new Map(rows.filter((r) => r.idempotency_key !== null).map((r) => [r.idempotency_key!, r]));
+  const unkeyed = rows.filter((r) => r.idempotency_key === null).sort((a, b) => Number(BigInt(a.id) - BigInt(b.id)));
   let next = 0;
-  const payloadOf = new Map(
-    created.map((r) => [r.id, (r.idempotency_key !== null ? keyed.get(r.idempotency_key)! : unkeyed[next++]!).payload] as const),
-  );
-  return rows.map((r) => ({ ...taskFromRow(r.created ? { ...r, payload: payloadOf.get(r.id) } : r), created: r.created }));
+  return p.tasks.map((input) => {
+    const r = input.idempotencyKey === null ? unkeyed[next++] : byKey.get(input.idempotencyKey);
+    if (!r) return null;
+    return { ...taskFromRow(r.created ? { ...r, payload: input.payload } : r), created: r.created };
+  });
 }
 
 export interface SpentKey {
