@@ -202,22 +202,37 @@ export const TaskBatchSchema = z
   .strictObject({ tasks: z.array(TaskCreateSchema).min(1).max(MAX_BATCH) })
   .openapi('TaskBatch');
 
-/** Opaque keyset cursors: the last id of a page. */
-export const encodeCursor = (id: string) => btoa(`id:${id}`).replace(/=+$/, '');
-export function decodeCursor(cursor: string): string | null {
+/**
+ * Opaque keyset cursors: the last key of a page (a task id, a schedule name,
+ * an occurrence's fire time), tagged with its kind so a cursor of one listing
+ * is refused by another.
+ */
+const CURSOR_KEYS = {
+  id: /^[1-9]\d{0,18}$/,
+  name: /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/,
+  at: /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/,
+} as const;
+export type CursorKind = keyof typeof CURSOR_KEYS;
+
+export const encodeCursor = (kind: CursorKind, key: string) => btoa(`${kind}:${key}`).replace(/=+$/, '');
+
+export function decodeCursor(kind: CursorKind, cursor: string): string | null {
   try {
-    const m = /^id:([1-9]\d{0,18})$/.exec(atob(cursor));
-    return m ? m[1]! : null;
+    const text = atob(cursor);
+    const key = text.startsWith(`${kind}:`) ? text.slice(kind.length + 1) : '';
+    return CURSOR_KEYS[kind].test(key) ? key : null;
   } catch {
     return null;
   }
 }
 
-const Cursor = z
-  .string()
-  .max(64)
-  .refine((c) => decodeCursor(c) !== null, 'not a cursor from a previous page')
-  .openapi({ description: 'nextCursor of the previous page' });
+const cursorParam = (kind: CursorKind) =>
+  z
+    .string()
+    .max(200)
+    .refine((c) => decodeCursor(kind, c) !== null, 'not a cursor from a previous page')
+    .optional()
+    .openapi({ description: 'nextCursor of the previous page' });
 
 export const PageLimit = z.coerce.number().int().min(1).max(500).default(50);
 
@@ -234,7 +249,7 @@ export const TaskListQuery = z.strictObject({
   createdAfter: Instant.optional(),
   createdBefore: Instant.optional(),
   limit: PageLimit,
-  cursor: Cursor.optional(),
+  cursor: cursorParam('id'),
 });
 
 export const TaskPageSchema = z
@@ -318,13 +333,13 @@ export const ScheduleSchema = z
 
 export const ScheduleListQuery = z.strictObject({
   limit: PageLimit,
-  cursor: z.string().max(200).optional().openapi({ description: 'nextCursor of the previous page' }),
+  cursor: cursorParam('name'),
 });
 
 export const ScheduleRunsQuery = z.strictObject({
   status: TaskListQuery.shape.status,
   limit: PageLimit,
-  cursor: z.string().max(200).optional().openapi({ description: 'nextCursor of the previous page' }),
+  cursor: cursorParam('at'),
 });
 
 export const NextQuery = z.strictObject({ count: z.coerce.number().int().min(1).max(100).default(10) });

@@ -84,6 +84,13 @@ describe('reading and managing schedules', () => {
     expect(p1.body.schedules.map((s: { name: string }) => s.name)).toEqual(['a', 'b']);
     const p2 = await api.admin('GET', `/v1/schedules?limit=2&cursor=${p1.body.nextCursor}`, as('acme'));
     expect(p2.body).toMatchObject({ schedules: [{ name: 'c' }], nextCursor: null });
+    // A forged cursor, or another listing's, is refused naming the field.
+    const taskCursor = btoa('id:42');
+    for (const path of ['/v1/schedules?cursor=bm9wZQ', `/v1/schedules?cursor=${taskCursor}`, `/v1/schedules/a/runs?cursor=${taskCursor}`]) {
+      const r = await api.admin('GET', path, as('acme'));
+      expect(r.status, path).toBe(400);
+      expect(r.body.error.details[0].path, path).toBe('cursor');
+    }
 
     expect((await api.admin('POST', '/v1/schedules/a/pause', as('acme'))).body.enabled).toBe(false);
     expect((await api.admin('POST', '/v1/schedules/a/resume', as('acme'))).body.enabled).toBe(true);

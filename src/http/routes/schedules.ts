@@ -1,7 +1,7 @@
 // /v1/schedules: recurring and future work, scoped to the caller's tenant.
 import { createRoute, z } from '@hono/zod-openapi';
 import { databaseNow, getSchedule, listScheduleRuns, listSchedules, setScheduleEnabled } from '../../db/sql/schedules.ts';
-import { invalid, notFound } from '../../errors.ts';
+import { notFound } from '../../errors.ts';
 import { specOf, type Schedule } from '../../schedules/model.ts';
 import { nextFireTimes } from '../../schedules/recurrence.ts';
 import { deleteSchedule, putSchedule } from '../../schedules/service.ts';
@@ -14,6 +14,8 @@ import {
   ScheduleSchema,
   ScheduleWriteSchema,
   TaskPageSchema,
+  decodeCursor,
+  encodeCursor,
   taskJson,
 } from '../schemas.ts';
 import { commonErrors, json, jsonBody, notFoundError } from './common.ts';
@@ -48,15 +50,6 @@ export function scheduleJson(s: Schedule) {
     createdAt: s.createdAt.toISOString(),
     updatedAt: s.updatedAt.toISOString(),
   };
-}
-
-const cursorOf = (value: string) => btoa(value).replace(/=+$/, '');
-function fromCursor(cursor: string, path = 'cursor'): string {
-  try {
-    return atob(cursor);
-  } catch {
-    throw invalid(`${path}: not a cursor from a previous page`, [{ path, message: 'not a cursor from a previous page' }]);
-  }
 }
 
 const routes = {
@@ -141,9 +134,9 @@ export function registerScheduleRoutes(app: App, deps: AppDeps): void {
   app.openapi(routes.list, async (c) => {
     const q = c.req.valid('query');
     const limit = q.limit ?? 50;
-    const rows = await listSchedules(c.env.db, c.var.tenant, { afterName: q.cursor ? fromCursor(q.cursor) : undefined, limit: limit + 1 });
+    const rows = await listSchedules(c.env.db, c.var.tenant, { afterName: q.cursor ? decodeCursor('name', q.cursor)! : undefined, limit: limit + 1 });
     const page = rows.slice(0, limit);
-    return c.json({ schedules: page.map(scheduleJson), nextCursor: rows.length > limit ? cursorOf(page.at(-1)!.name) : null }, 200);
+    return c.json({ schedules: page.map(scheduleJson), nextCursor: rows.length > limit ? encodeCursor('name', page.at(-1)!.name) : null }, 200);
   });
 
   app.openapi(routes.get, async (c) => {
@@ -183,13 +176,9 @@ export function registerScheduleRoutes(app: App, deps: AppDeps): void {
     if (!s) throw notFound('schedule');
     const q = c.req.valid('query');
     const limit = q.limit ?? 50;
-    let before: Date | undefined;
-    if (q.cursor) {
-      before = new Date(fromCursor(q.cursor));
-      if (Number.isNaN(before.getTime())) throw invalid('cursor: not a cursor from a previous page', [{ path: 'cursor', message: 'not a cursor from a previous page' }]);
-    }
+    const before = q.cursor ? new Date(decodeCursor('at', q.cursor)!) : undefined;
     const rows = await listScheduleRuns(c.env.db, c.var.tenant, s.id, { before, statuses: q.status?.split(','), limit: limit + 1 });
     const page = rows.slice(0, limit);
-    return c.json({ tasks: page.map(taskJson), nextCursor: rows.length > limit ? cursorOf(page.at(-1)!.scheduledFor!.toISOString()) : null }, 200);
+    return c.json({ tasks: page.map(taskJson), nextCursor: rows.length > limit ? encodeCursor('at', page.at(-1)!.scheduledFor!.toISOString()) : null }, 200);
   });
 }

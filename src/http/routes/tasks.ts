@@ -146,11 +146,11 @@ export function registerTaskRoutes(app: App, deps: AppDeps): void {
       task: q.task,
       createdAfter: q.createdAfter ? new Date(q.createdAfter) : undefined,
       createdBefore: q.createdBefore ? new Date(q.createdBefore) : undefined,
-      beforeId: q.cursor ? decodeCursor(q.cursor)! : undefined,
+      beforeId: q.cursor ? decodeCursor('id', q.cursor)! : undefined,
       limit: limit + 1,
     });
     const page = tasks.slice(0, limit);
-    const nextCursor = tasks.length > limit ? encodeCursor(page.at(-1)!.id) : null;
+    const nextCursor = tasks.length > limit ? encodeCursor('id', page.at(-1)!.id) : null;
     return c.json({ tasks: page.map(taskJson), nextCursor }, 200);
   });
 
