@@ -10,6 +10,7 @@ import type { SigningSecretStore } from '../tenants/signing-secrets.ts';
 import { requireAdmin, requireTenant } from './auth.ts';
 import type { AppEnv } from './context.ts';
 import { onError } from './errors.ts';
+import { refuseHostileJson } from './hostile-json.ts';
 import { validationHook } from './validation.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
@@ -69,6 +70,8 @@ export function createApp(deps: AppDeps): App {
   const tenantPaths = ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues', '/v1/signing-secret', '/v1/signing-secret/*'];
   for (const path of tenantPaths) app.use(path, tenant);
   app.use('/v1/admin/*', requireAdmin(deps.adminToken));
+  // After authentication (a 401 first), before validation and every statement.
+  app.use('/v1/*', refuseHostileJson());
   registerTaskRoutes(app, deps);
   registerScheduleRoutes(app, deps);
   registerQueueRoutes(app);
