@@ -9,11 +9,11 @@ import type { Env } from './env.ts';
 const RETRY_DELAY_SECONDS = 10;
 
 export async function handleQueue(batch: MessageBatch<TaskMessage>, env: Env, _ctx: ExecutionContext): Promise<void> {
-  const { config, registry, log } = sharedFor(env);
+  const { config, registry, log, signingSecrets } = sharedFor(env);
   const db = openDb(env);
   try {
     const { verdicts } = await consumeBatch(
-      { db, config, registry, log: log.child({ queue: batch.queue }) },
+      { db, config, registry, signingSecrets, log: log.child({ queue: batch.queue }) },
       batch.messages.map((m) => m.body),
     );
     batch.messages.forEach((m, i) => {

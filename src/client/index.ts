@@ -17,6 +17,7 @@ import type {
   TaskCreateSchema,
   TaskSchema,
 } from '../http/schemas.ts';
+import type { SigningSecretSchema } from '../http/routes/signing-secret.ts';
 
 export type TaskInput = z.input<typeof TaskCreateSchema>;
 export type Task = z.output<typeof TaskSchema>;
@@ -26,6 +27,7 @@ export type ScheduleInput = z.input<typeof ScheduleWriteSchema>;
 export type Schedule = z.output<typeof ScheduleSchema>;
 export type QueueStats = z.output<typeof QueueStatsSchema>;
 export type ApiKey = z.output<typeof ApiKeySchema>;
+export type SigningSecret = z.output<typeof SigningSecretSchema>;
 export type TaskStatus = Task['status'];
 
 export interface TaskListQuery {
@@ -190,9 +192,19 @@ export function createClient(options: ClientOptions) {
       (await call<{ name: string; paused: boolean }>('PUT', `/v1/admin/queues/${seg(queue)}`, { body: { paused } })).body,
   };
 
+  /** The tenant's webhook signing secret: verify deliveries with `secret` (and `previous.secret` during a rotation). */
+  const signingSecret = {
+    /** Created on first read. */
+    get: async () => (await call<SigningSecret>('GET', '/v1/signing-secret')).body,
+    /** A new secret; the old one keeps signing for `rotationOverlapSeconds` (default a day; 0: at once). */
+    rotate: async (rotationOverlapSeconds?: number) =>
+      (await call<SigningSecret>('POST', '/v1/signing-secret/rotate', { body: rotationOverlapSeconds === undefined ? {} : { rotationOverlapSeconds } }))
+        .body,
+  };
+
   const health = async () => (await call<{ ok: boolean }>('GET', '/healthz')).body;
 
-  return { tasks, schedules, queues, admin, health };
+  return { tasks, schedules, queues, signingSecret, admin, health };
 }
 
 export type Client = ReturnType<typeof createClient>;

@@ -17,6 +17,7 @@ import {
   type TaskContext,
 } from '../handlers/registry.ts';
 import type { Logger } from '../log.ts';
+import type { SigningSecretsLoader, SigningSecretStore } from '../tenants/signing-secrets.ts';
 import { reportLostFences, type TaskMessage } from '../sweep/sweep.ts';
 
 export type Verdict = 'ack' | 'retry';
@@ -27,6 +28,8 @@ export interface ConsumeDeps {
   registry: Registry;
   log: Logger;
   faults?: Faults;
+  /** The tenants' webhook signing secrets; without it handlers sign nothing. */
+  signingSecrets?: SigningSecretStore;
   /** Waits out the sub-second rest before a task's run_at; injectable for tests. */
   sleep?: (ms: number) => Promise<void>;
 }
@@ -58,7 +61,12 @@ function describe(error: unknown): string {
   return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH - 1)}…` : text;
 }
 
-async function runAttempt(deps: ConsumeDeps, started: StartedTask, now: Date | undefined): Promise<AttemptResult> {
+async function runAttempt(
+  deps: ConsumeDeps,
+  started: StartedTask,
+  now: Date | undefined,
+  signingSecrets: SigningSecretsLoader,
+): Promise<AttemptResult> {
   const { task } = started;
   const base = { id: task.id, epoch: task.leaseEpoch, retryDelayMs: null };
   const log = deps.log.child({ taskId: task.id, tenant: task.tenant, task: task.task, attempt: task.attempts });
@@ -95,6 +103,7 @@ async function runAttempt(deps: ConsumeDeps, started: StartedTask, now: Date | u
     epoch: task.leaseEpoch,
     signal: controller.signal,
     log,
+    signingSecrets: () => signingSecrets(task.tenant),
     async heartbeat(extendSeconds) {
       const seconds = extendSeconds ?? task.timeoutMs / 1000 + deps.config.leaseGraceSeconds;
       const until = await extendLease(deps.db, { now, id: task.id, epoch: task.leaseEpoch, seconds });
@@ -152,7 +161,9 @@ export async function consumeBatch(
   }
   await faults('consume.after_start', { ids: started.map((s) => s.task.id) });
 
-  const results = await Promise.all(started.map((s) => runAttempt(deps, s, now)));
+  // One statement loads the secrets of every tenant in the batch, on the first handler's call.
+  const secrets = deps.signingSecrets?.batchLoader(db, started.map((s) => s.task.tenant), now) ?? (async () => []);
+  const results = await Promise.all(started.map((s) => runAttempt(deps, s, now, secrets)));
   await faults('consume.after_handlers', { ids: started.map((s) => s.task.id) });
 
   const startedIds = new Set(started.map((s) => s.task.id));

@@ -13,11 +13,28 @@ const UNAVAILABLE = new Set([
   '53300', // too many connections
 ]);
 
+/**
+ * Class 22 (data exception: a value out of a column's range, text with NUL,
+ * an invalid escape in jsonb, an impossible date) and class 54 (program limit
+ * exceeded: jsonb nested past the stack depth limit, too many arguments) can
+ * only come from the values a statement was given, which come from input.
+ * The API validates those first and names the field; this is the backstop,
+ * so a value that slips past validation is a 400 or 413, not a 500. No
+ * statement writes anything when it raises one, so nothing is stored.
+ */
+const DATA_EXCEPTION_CLASS = '22';
+const PROGRAM_LIMIT_CLASS = '54';
+
 export function translateDbError(error: unknown): unknown {
   if (error instanceof AppError) return error;
   const e = error as PgErrorLike;
   if (typeof e?.code === 'string' && UNAVAILABLE.has(e.code)) {
     return new AppError('database_unavailable', `database unavailable: ${e.message ?? e.code}`);
+  }
+  if (typeof e?.code === 'string' && e.code.length === 5) {
+    const refused = `the database refused a value: ${e.message ?? e.code}`;
+    if (e.code.startsWith(DATA_EXCEPTION_CLASS)) return new AppError('invalid_request', refused, [{ path: 'request', message: refused }]);
+    if (e.code.startsWith(PROGRAM_LIMIT_CLASS)) return new AppError('payload_too_large', refused, [{ path: 'request', message: refused }]);
   }
   if (e?.code === undefined && error instanceof Error && /connect|socket|terminat|closed|ECONN|WebSocket/i.test(error.message)) {
     return new AppError('database_unavailable', `database unavailable: ${error.message}`);

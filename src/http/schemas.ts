@@ -3,6 +3,7 @@
 import { z } from '@hono/zod-openapi';
 import { TASK_STATUSES, type Task } from '../tasks/model.ts';
 import type { TaskInput } from '../tasks/enqueue.ts';
+import { MAX_INTERVAL_SECONDS } from '../schedules/recurrence.ts';
 
 export const MAX_DELAY_SECONDS = 365 * 86_400;
 
@@ -140,11 +141,15 @@ export function taskJson(t: Task): TaskJson {
   };
 }
 
+/** The largest id a bigint column holds. */
+const MAX_BIGINT = 9_223_372_036_854_775_807n;
+const isId = (s: string) => /^[1-9]\d{0,18}$/.test(s) && BigInt(s) <= MAX_BIGINT;
+
 /** `{id}` in a path: a positive bigint, as a string. */
 export const IdParam = z.object({
   id: z
     .string()
-    .regex(/^[1-9]\d{0,18}$/, 'an id (digits)')
+    .refine(isId, 'an id (digits, at most 9223372036854775807)')
     .openapi({ param: { name: 'id', in: 'path' }, example: '42' }),
 });
 
@@ -207,11 +212,12 @@ export const TaskBatchSchema = z
  * an occurrence's fire time), tagged with its kind so a cursor of one listing
  * is refused by another.
  */
-const CURSOR_KEYS = {
-  id: /^[1-9]\d{0,18}$/,
-  name: /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/,
-  at: /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/,
-} as const;
+const CURSOR_KEYS: Record<'id' | 'name' | 'at', (key: string) => boolean> = {
+  id: isId,
+  name: (key) => /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/.test(key),
+  // A real instant, written as toISOString writes it: 2026-02-31 or month 99 is refused.
+  at: (key) => /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/.test(key) && !Number.isNaN(Date.parse(key)) && new Date(key).toISOString() === key,
+};
 export type CursorKind = keyof typeof CURSOR_KEYS;
 
 export const encodeCursor = (kind: CursorKind, key: string) => btoa(`${kind}:${key}`).replace(/=+$/, '');
@@ -220,7 +226,7 @@ export function decodeCursor(kind: CursorKind, cursor: string): string | null {
   try {
     const text = atob(cursor);
     const key = text.startsWith(`${kind}:`) ? text.slice(kind.length + 1) : '';
-    return CURSOR_KEYS[kind].test(key) ? key : null;
+    return CURSOR_KEYS[kind](key) ? key : null;
   } catch {
     return null;
   }
@@ -271,7 +277,7 @@ export const ScheduleWriteSchema = z
   .strictObject({
     cron: z.string().min(1).max(256).optional().openapi({ description: '5 fields, or 6 with seconds first', example: '0 9 * * MON' }),
     timezone: z.string().min(1).max(64).optional().openapi({ description: 'IANA zone for cron and recurrence (default UTC)', example: 'Europe/Paris' }),
-    interval: z.int().min(1).max(3_155_760_000).optional().openapi({ description: 'Every N seconds' }),
+    interval: z.int().min(1).max(MAX_INTERVAL_SECONDS).optional().openapi({ description: 'Every N seconds' }),
     recurrence: z
       .strictObject({ every: z.int().min(1), unit: z.enum(RECURRENCE_UNIT_VALUES), start: Instant })
       .optional()

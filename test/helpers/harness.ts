@@ -9,10 +9,11 @@ import { taskTypes } from '../../functions/tasks.ts';
 import { z } from 'zod';
 import { createRegistry, defineTask, type TaskHandler } from '../../src/handlers/registry.ts';
 import { createLogger, type Logger } from '../../src/log.ts';
+import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
 import { sweepOnce, type SweepCounts, type TaskMessage, type TaskSender } from '../../src/sweep/sweep.ts';
 import { enqueueTasks, type EnqueueResult, type TaskInput } from '../../src/tasks/enqueue.ts';
 
-/** A fixed whsec_ secret so tests can verify deliveries. */
+/** The key-encryption key of the tenants' signing secrets in Node tests. */
 export const TEST_SIGNING_SECRET = `whsec_${btoa('test-signing-secret-32-bytes-long')}`;
 
 export interface SentMessage {
@@ -62,8 +63,9 @@ export function createHarness(
   options: { config?: Partial<Config>; handlers?: TaskHandler<never>[] } = {},
 ): Harness {
   const config: Config = { ...defaultConfig, ...options.config };
-  const registry = createRegistry([...taskTypes({ config, signingSecret: TEST_SIGNING_SECRET }), ...(options.handlers ?? [])]);
+  const registry = createRegistry([...taskTypes({ config }), ...(options.handlers ?? [])]);
   const outbox = createOutbox();
+  const signingSecrets = createSigningSecretStore(TEST_SIGNING_SECRET);
   const { log, lines } = captureLogs();
   let sweeps = 0;
   const h: Harness = {
@@ -79,7 +81,7 @@ export function createHarness(
         { now: o.now },
       ),
     consume: (bodies, o = {}) =>
-      consumeBatch({ db, config, registry, log, faults: o.faults, sleep: async () => {} }, bodies, { now: o.now }),
+      consumeBatch({ db, config, registry, log, signingSecrets, faults: o.faults, sleep: async () => {} }, bodies, { now: o.now }),
     async drain(o = {}) {
       for (let i = 0; i < (o.rounds ?? 20); i++) {
         await h.sweep({ now: o.now });

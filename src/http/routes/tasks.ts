@@ -7,6 +7,7 @@ import { cancelTask } from '../../tasks/cancel.ts';
 import { enqueueTasks, type EnqueueResult } from '../../tasks/enqueue.ts';
 import type { App, AppDeps } from '../app.ts';
 import { commonErrors, json, jsonBody } from './common.ts';
+import { isStorableText } from '../hostile-json.ts';
 import type { Invocation } from '../context.ts';
 import {
   ErrorSchema,
@@ -61,7 +62,16 @@ const cancelTaskByKeyRoute = createRoute({
   method: 'delete',
   path: '/v1/tasks/by-key/{idempotencyKey}',
   summary: 'Cancel a task by its idempotency key',
-  request: { params: z.object({ idempotencyKey: z.string().min(1).max(256).openapi({ param: { name: 'idempotencyKey', in: 'path' } }) }) },
+  request: {
+    params: z.object({
+      idempotencyKey: z
+        .string()
+        .min(1)
+        .max(256)
+        .refine(isStorableText, 'no NUL (\\u0000) or lone surrogates')
+        .openapi({ param: { name: 'idempotencyKey', in: 'path' } }),
+    }),
+  },
   responses: {
     200: json(TaskSchema, 'Cancelled (or already cancelled)'),
     ...commonErrors,
