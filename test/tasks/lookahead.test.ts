@@ -149,6 +149,23 @@ describe('reschedule by idempotency key, after the look-ahead claimed and sent t
   });
 });
 
+describe('the invariant trigger (test/setup/invariants.sql)', () => {
+  it('allows undoing an early claim (epoch + 1, attempt refunded) and nothing wider', async () => {
+    const [a] = await h.enqueue({ task: 'record', payload: { v: 1 }, delay: 30 }, { now: T0 });
+    await h.sweep({ now: T0 });
+    const id = a!.task!.id;
+    const undo = (set: string) => t.db.query(`update tasks set ${set}, lease_expires_at = null where id = $1::bigint`, [id]);
+    // Epoch + 2, or no refund, or a started task: refused.
+    await expect(undo(`status = 'scheduled', vtime = null, lease_epoch = lease_epoch + 2, attempts = attempts - 1`)).rejects.toThrow(/I3/);
+    await expect(undo(`status = 'scheduled', vtime = null, lease_epoch = lease_epoch + 1`)).rejects.toThrow(/I3/);
+    await t.db.query(`update tasks set started_at = run_at where id = $1::bigint`, [id]);
+    await expect(undo(`status = 'queued', lease_epoch = lease_epoch + 1, attempts = attempts - 1`)).rejects.toThrow(/I3/);
+    await t.db.query(`update tasks set started_at = null where id = $1::bigint`, [id]);
+    await undo(`status = 'scheduled', vtime = null, lease_epoch = lease_epoch + 1, attempts = attempts - 1`);
+    expect(await row(id)).toMatchObject({ status: 'scheduled', lease_epoch: '2', attempts: 0 });
+  });
+});
+
 describe('pause a queue with tasks already sent', () => {
   it('the fenced start refuses them: back to queued, in order, no attempt spent; they run after the resume', async () => {
     const created = await h.enqueue(
