@@ -2,7 +2,9 @@
 // concurrently (each with its timeout), fenced finish for the whole batch,
 // and only then an acknowledgement. A message that no longer matches its
 // task's epoch (cancelled, reaped and re-claimed, already started) is
-// acknowledged and skipped: a stale worker never runs and never writes. If the
+// acknowledged and skipped: a stale worker never runs and never writes. A task
+// whose queue was paused after its claim is refused at the start (back to
+// `queued`, attempt refunded) and its message acknowledged. If the
 // database cannot be reached, messages are retried by the Queue, not acked.
 import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
@@ -147,6 +149,10 @@ export async function consumeBatch(
     const start = await startTasks(db, { now, tasks: unique, leaseGraceSeconds: deps.config.leaseGraceSeconds });
     started = start.started;
     for (const l of start.lost) {
+      if (l.reason === 'queue_paused') {
+        log.info('start refused: the queue is paused; task back in its queue, attempt refunded', { taskId: l.id, epoch: l.epoch });
+        continue;
+      }
       const duplicate = l.currentEpoch === l.epoch && l.currentStatus === 'running';
       log.info(duplicate ? 'duplicate delivery skipped (attempt already started)' : 'stale message skipped', {
         taskId: l.id,

@@ -1,7 +1,7 @@
 // The API's zod schemas: they validate requests, and the same definitions
 // produce /openapi.json. Nothing about the wire format is described twice.
 import { z } from '@hono/zod-openapi';
-import { TASK_STATUSES, type Task } from '../tasks/model.ts';
+import { isClaimedNotStarted, shownStatus, TASK_STATUSES, type Task } from '../tasks/model.ts';
 import type { TaskInput } from '../tasks/enqueue.ts';
 import { MAX_INTERVAL_SECONDS } from '../schedules/recurrence.ts';
 
@@ -93,12 +93,25 @@ export const TaskSchema = z
     id: z.string().openapi({ example: '42' }),
     task: z.string(),
     queue: z.string(),
-    status: z.enum(TASK_STATUSES),
+    status: z.enum(TASK_STATUSES).openapi({
+      description:
+        'A task claimed early by the look-ahead and sent with a delay shows as queued until its handler starts (see dispatch).',
+    }),
     payload: z.unknown(),
     runAt: z.string(),
     createdAt: z.string(),
     updatedAt: z.string(),
-    dispatchedAt: z.string().nullable(),
+    dispatchedAt: z.string().nullable().openapi({ description: 'When the attempt that started was handed to the Queue.' }),
+    dispatch: z
+      .object({
+        dispatchedAt: z.string().nullable().openapi({ description: 'When the claimed task was handed to the Queue (null: not yet sent).' }),
+        epoch: z.int().openapi({ description: 'The claim\'s fencing epoch.' }),
+      })
+      .nullable()
+      .openapi({
+        description:
+          'The internal claim of a task that has not started: the sweep claims work up to a minute early and sends it with a delay. Null otherwise. Rescheduling, cancelling or pausing still act on such a task.',
+      }),
     startedAt: z.string().nullable(),
     finishedAt: z.string().nullable(),
     attempts: z.int(),
@@ -117,19 +130,22 @@ export const TaskSchema = z
 export type TaskJson = z.infer<typeof TaskSchema>;
 
 export function taskJson(t: Task): TaskJson {
+  const claimed = isClaimedNotStarted(t);
   return {
     id: t.id,
     task: t.task,
     queue: t.queue,
-    status: t.status,
+    status: shownStatus(t),
     payload: t.payload,
     runAt: t.runAt.toISOString(),
     createdAt: t.createdAt.toISOString(),
     updatedAt: t.updatedAt.toISOString(),
-    dispatchedAt: iso(t.dispatchedAt),
+    dispatchedAt: claimed ? null : iso(t.dispatchedAt),
+    dispatch: claimed ? { dispatchedAt: iso(t.dispatchedAt), epoch: t.leaseEpoch } : null,
     startedAt: iso(t.startedAt),
     finishedAt: iso(t.finishedAt),
-    attempts: t.attempts,
+    // The claim counts an attempt; it is spent only once the handler starts.
+    attempts: claimed ? t.attempts - 1 : t.attempts,
     maxAttempts: t.maxAttempts,
     lastError: t.lastError,
     idempotencyKey: t.idempotencyKey,
@@ -250,7 +266,10 @@ export const TaskListQuery = z.strictObject({
       message: `comma-separated statuses among ${TASK_STATUSES.join(', ')}`,
     })
     .optional()
-    .openapi({ example: 'queued,running' }),
+    .openapi({
+      example: 'queued,running',
+      description: 'Matches the status as shown: a task claimed early but not started is queued, not running.',
+    }),
   task: TaskType.optional(),
   createdAfter: Instant.optional(),
   createdBefore: Instant.optional(),

@@ -90,3 +90,21 @@ export function taskFromRow(r: TaskRow): Task {
     scheduledFor: r.scheduled_for,
   };
 }
+
+/**
+ * The look-ahead is invisible (DESIGN §5): a task claimed early and handed to
+ * the Queue with a delay is, for its owner, still waiting until its handler
+ * starts. Such a task shows as `queued` (where it was claimed from), its
+ * attempt is not yet counted, and the claim appears only as `dispatch`.
+ */
+export function isClaimedNotStarted(t: Pick<Task, 'status' | 'startedAt'>): boolean {
+  return t.status === 'running' && t.startedAt === null;
+}
+
+export function shownStatus(t: Pick<Task, 'status' | 'startedAt'>): TaskStatus {
+  return isClaimedNotStarted(t) ? 'queued' : t.status;
+}
+
+/** The same rule in SQL, over a tasks row (optionally aliased): what status filters match. */
+export const shownStatusSql = (alias = '') =>
+  `(case when ${alias}status = 'running' and ${alias}started_at is null then 'queued' else ${alias}status end)`;

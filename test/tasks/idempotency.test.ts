@@ -46,12 +46,17 @@ describe('idempotency keys', () => {
     expect(b!.task!.id).toBe(a!.task!.id);
     expect(b!.task!.status).toBe('succeeded');
     expect(b!.task!.payload).toEqual({ v: 1 });
-    // Running counts as spent too.
+    // Running (started) counts as spent too.
     const [c] = await h.enqueue({ task: 'noop', idempotencyKey: 'k3' }, { now: T0 });
     await h.sweep({ now: T0 });
-    const [d] = await h.enqueue({ task: 'noop', idempotencyKey: 'k3', delay: 60 }, { now: at(1) });
-    expect(d!.outcome).toBe('deduplicated');
-    expect(d!.task).toMatchObject({ id: c!.task!.id, status: 'running' });
+    await h.consume([h.outbox.take()[0]!.body], { now: T0, faults: async (point) => {
+      if (point === 'consume.after_start') {
+        const [d] = await h.enqueue({ task: 'noop', idempotencyKey: 'k3', delay: 60 }, { now: at(1) });
+        expect(d!.outcome).toBe('deduplicated');
+        expect(d!.task).toMatchObject({ id: c!.task!.id, status: 'running', payload: {} });
+      }
+    } });
+    expect(await getTask(t.db, 'acme', c!.task!.id)).toMatchObject({ status: 'succeeded', runAt: T0 });
   });
 
   it('a spent key stays spent after retention deleted its task', async () => {

@@ -1,7 +1,7 @@
 // Statements for tenants, their keys, fair-queuing weights and queues.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { TASK_STATUSES, type TaskStatus } from '../../tasks/model.ts';
+import { shownStatusSql, TASK_STATUSES, type TaskStatus } from '../../tasks/model.ts';
 
 type Now = Date | null | undefined;
 const at = (now: Now) => now ?? null;
@@ -103,20 +103,22 @@ export interface QueueStats {
 }
 
 /**
- * A tenant's view of its queues: counts by status and the lag of its oldest
- * due task. Scans the tenant's rows (tasks_tenant_id_idx); finished rows are
- * bounded by retention.
+ * A tenant's view of its queues: counts by status as shown (claimed early but
+ * not started counts as queued) and the lag of its oldest due task. Scans
+ * the tenant's rows (tasks_tenant_id_idx); finished rows are bounded by
+ * retention.
  */
 const queuesStatsForTenant = sql(
   'queues_stats_for_tenant',
   `with clock as (select coalesce($1::timestamptz, now()) as now)
-   select t.queue, coalesce(q.paused, false) as paused, t.status, count(*)::int as n,
+   select t.queue, coalesce(q.paused, false) as paused, ${shownStatusSql('t.')} as status,
+          count(*)::int as n,
           coalesce(extract(epoch from clock.now - min(t.run_at) filter (
             where t.status in ('scheduled', 'queued') and t.run_at <= clock.now)), 0)::float8 as lag
    from tasks t cross join clock left join queues q on q.name = t.queue
    where t.tenant = $2::text
-   group by t.queue, q.paused, t.status, clock.now
-   order by t.queue, t.status`,
+   group by t.queue, q.paused, 3, clock.now
+   order by 1, 3`,
 );
 
 export async function queueStats(q: Queryable, p: { now?: Now; tenant: string }): Promise<QueueStats[]> {
