@@ -2,6 +2,7 @@
 // strings). Each has a default that suits a one-minute cron; the README lists
 // them. An invalid value fails loudly, naming the variable.
 import { z } from 'zod';
+import { MAX_TIMEOUT_SECONDS } from './tasks/options.ts';
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 const bool = z
@@ -43,7 +44,7 @@ const ConfigSchema = z.object({
   /** Spent idempotency keys are kept this long after their task row is deleted; 0 keeps them forever. */
   SPENT_KEY_RETENTION_SECONDS: int(0, 100 * 365 * 86_400).default(0),
   DEFAULT_MAX_ATTEMPTS: int(1, 100).default(5),
-  DEFAULT_TIMEOUT_SECONDS: int(1, 900).default(30),
+  DEFAULT_TIMEOUT_SECONDS: int(1, MAX_TIMEOUT_SECONDS).default(30),
   DEFAULT_BACKOFF_BASE_SECONDS: z.coerce.number().min(0.001).max(86_400).default(1),
   DEFAULT_BACKOFF_MAX_SECONDS: z.coerce.number().min(0.001).max(7 * 86_400).default(3600),
   /** Largest task payload, in bytes of JSON. */

@@ -3,6 +3,7 @@
 import { z } from '@hono/zod-openapi';
 import { TASK_STATUSES, type Task } from '../tasks/model.ts';
 import type { TaskInput } from '../tasks/enqueue.ts';
+import { MAX_TIMEOUT_SECONDS } from '../tasks/options.ts';
 
 export const MAX_DELAY_SECONDS = 365 * 86_400;
 
@@ -38,7 +39,12 @@ const TaskOptionFields = {
     })
     .optional()
     .openapi({ description: 'Exponential backoff with full jitter, in seconds.' }),
-  timeout: z.number().min(0.001).max(900).optional().openapi({ description: 'Seconds per attempt.' }),
+  timeout: z
+    .number()
+    .min(0.001)
+    .max(MAX_TIMEOUT_SECONDS)
+    .optional()
+    .openapi({ description: `Seconds per attempt (at most ${MAX_TIMEOUT_SECONDS}: an attempt must fit a Queue consumer's 15-minute wall clock).` }),
   delivery: z.enum(['at_least_once', 'at_most_once']).optional(),
 };
 
