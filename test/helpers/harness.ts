@@ -51,7 +51,15 @@ export interface Harness {
   outbox: ReturnType<typeof createOutbox>;
   logs: LogLine[];
   enqueue(inputs: TaskInput | TaskInput[], options?: { now?: Date; tenant?: string }): Promise<EnqueueResult[]>;
-  sweep(options?: { now?: Date; faults?: Faults; workerId?: string; sender?: TaskSender }): Promise<SweepCounts>;
+  sweep(options?: {
+    now?: Date;
+    faults?: Faults;
+    workerId?: string;
+    sender?: TaskSender;
+    /** The budget's clock (milliseconds); tests pass a counter to bound a sweep deterministically. */
+    elapsed?: () => number;
+    random?: () => number;
+  }): Promise<SweepCounts>;
   consume(
     bodies: unknown[],
     options?: { now?: Date; faults?: Faults; onSettled?: (index: number, verdict: Verdict) => void },
@@ -78,7 +86,16 @@ export function createHarness(
       enqueueTasks({ db, config, registry }, o.tenant ?? 'acme', Array.isArray(inputs) ? inputs : [inputs], { now: o.now }),
     sweep: (o = {}) =>
       sweepOnce(
-        { db, config, sender: o.sender ?? outbox, log, workerId: o.workerId ?? `test-sweep-${++sweeps}`, faults: o.faults },
+        {
+          db,
+          config,
+          sender: o.sender ?? outbox,
+          log,
+          workerId: o.workerId ?? `test-sweep-${++sweeps}`,
+          faults: o.faults,
+          elapsed: o.elapsed,
+          random: o.random,
+        },
         { now: o.now },
       ),
     consume: (bodies, o = {}) =>
