@@ -67,7 +67,7 @@ export function createApp(deps: AppDeps): App {
   registerTaskRoutes(app, deps);
   registerScheduleRoutes(app, deps);
   registerQueueRoutes(app);
-  registerAdminRoutes(app);
+  registerAdminRoutes(app, deps);
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', {
     type: 'http',

@@ -102,7 +102,13 @@ export async function enqueueTasks(
 }
 
 async function writeBatch(deps: EnqueueDeps, tenant: string, rows: NewTask[], now?: Date): Promise<EnqueueResult[]> {
-  const written = await insertTasks(deps.db, { now, tenant, lookaheadSeconds: deps.config.lookaheadSeconds, tasks: rows });
+  const written = await insertTasks(deps.db, {
+    now,
+    tenant,
+    lookaheadSeconds: deps.config.lookaheadSeconds,
+    tasks: rows,
+    maxPendingTasks: deps.config.quotaMaxPendingTasks,
+  });
   const missingKeys = rows.flatMap((r, i) => (written[i] === null ? [r.idempotencyKey!] : []));
   const spent = new Map(
     missingKeys.length > 0 ? (await findSpentKeys(deps.db, tenant, missingKeys)).map((s) => [s.idempotencyKey, s]) : [],

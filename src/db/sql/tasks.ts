@@ -65,19 +65,43 @@ export interface WrittenTask extends Task {
  * task retention already deleted are left out here (the caller reads them from
  * spent_idempotency_keys); the trigger of migration 0002 closes the race with
  * a purge committing meanwhile.
+ *
+ * Quota (maxPendingTasks, guard `pending_quota`): the tenant's pending tasks
+ * are counted in this same statement, index-only (tasks_pending_tenant_idx)
+ * and only up to the limit, against the tasks the batch would create (a key
+ * the tenant already holds only reschedules or deduplicates). Over the limit,
+ * tasks_refuse_over_pending_quota raises TQ002 and the whole batch is
+ * refused. It reads without locking: concurrent enqueues of one tenant do not
+ * see each other's uncommitted rows, so together they may overshoot the limit
+ * by at most what all but one of them add (README, Quotas).
  */
 const tasksInsertBatch = sql(
   'tasks_insert_batch',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
+   quota as (
+     select coalesce((select max_pending_tasks from tenant_quotas where tenant = $2::text), $15::int) as max_pending
+   ),
+   pending_quota as (
+     select tasks_refuse_over_pending_quota(
+              $2::text,
+              (select count(*) from (
+                 select 1 from tasks p
+                 where p.tenant = $2::text and p.status in ('scheduled', 'queued', 'running')
+                 limit (select max_pending from quota)) counted),
+              (select count(*) from unnest($14::text[]) k(key)
+               where k.key is null
+                  or not exists (select 1 from tasks e where e.tenant = $2::text and e.idempotency_key = k.key)),
+              (select max_pending from quota)) as ok
+   ),
    input as (
      select i.*, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
      from unnest($4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::bigint[], $9::int[], $10::int[],
                  $11::int[], $12::int[], $13::text[], $14::text[])
           with ordinality as i(queue, task, payload, run_at, delay_ms, max_attempts, backoff_base_ms,
                                backoff_max_ms, timeout_ms, delivery, idempotency_key, ord),
-          clock,
+          clock, pending_quota,
           lateral (select coalesce(i.run_at, clock.now + coalesce(i.delay_ms, 0) * interval '1 millisecond') as due_at) d
-     where not exists (select 1 from spent_idempotency_keys s
+     where pending_quota.ok and not exists (select 1 from spent_idempotency_keys s
                        where s.tenant = $2::text and s.idempotency_key = i.idempotency_key)
    ),
    known_queues as (
@@ -129,7 +153,7 @@ const tasksInsertBatch = sql(
 /** One result per input, in input order; null where the key was spent and its task already purged. */
 export async function insertTasks(
   q: Queryable,
-  p: { now?: Now; tenant: string; lookaheadSeconds: number; tasks: readonly NewTask[] },
+  p: { now?: Now; tenant: string; lookaheadSeconds: number; tasks: readonly NewTask[]; maxPendingTasks: number },
 ): Promise<(WrittenTask | null)[]> {
   const col = <K extends keyof NewTask>(k: K) => p.tasks.map((t) => t[k]);
   const rows = await q.query<TaskRow & { created: boolean }>(tasksInsertBatch, [
@@ -147,6 +171,7 @@ export async function insertTasks(
     col('timeoutMs'),
     col('delivery'),
     col('idempotencyKey'),
+    p.maxPendingTasks,
   ]);
   // Back to input order: keyed rows by key; unkeyed ones were inserted in
   // input order, so their ids ascend in that order.
