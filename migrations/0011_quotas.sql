@@ -39,3 +39,22 @@ begin
   return true;
 end
 $$;
+
+-- Also in this migration (issue 10, finding 7): an idempotency key names one
+-- task. Reusing it with another task type or queue is a client bug, not a
+-- reschedule: the enqueue's ON CONFLICT DO UPDATE calls this with the row it
+-- found (the latest committed version, so a concurrent enqueue of the same
+-- key is covered too) and the whole statement is refused with SQLSTATE TQ003
+-- (409 conflict). Only run_at and payload may change while the task waits.
+create function tasks_keep_task_type_of_key(key text, held_task text, held_queue text, new_task text, new_queue text)
+returns text
+language plpgsql immutable
+as $$
+begin
+  if held_task is distinct from new_task or held_queue is distinct from new_queue then
+    raise exception 'idempotency key "%" is held by a task of type "%" in queue "%"', key, held_task, held_queue
+      using errcode = 'TQ003', detail = key;
+  end if;
+  return held_task;
+end
+$$;

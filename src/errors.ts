@@ -22,12 +22,20 @@ export class AppError extends Error {
   readonly details?: ErrorDetail[];
   /** When waiting may help (a quota that drains), how long to wait first. */
   readonly retryAfterSeconds?: number;
-  constructor(code: ErrorCode, message: string, details?: ErrorDetail[], options: { retryAfterSeconds?: number } = {}) {
+  /** The input value the error is about (e.g. an idempotency key), so a caller can name its field. */
+  readonly subject?: string;
+  constructor(
+    code: ErrorCode,
+    message: string,
+    details?: ErrorDetail[],
+    options: { retryAfterSeconds?: number; subject?: string } = {},
+  ) {
     super(message);
     this.name = 'AppError';
     this.code = code;
     this.details = details;
     this.retryAfterSeconds = options.retryAfterSeconds;
+    this.subject = options.subject;
   }
 }
 

@@ -21,6 +21,11 @@ export function translateDbError(error: unknown): unknown {
   if (error instanceof AppError) return error;
   const e = error as PgErrorLike;
   // Raised by tasks_refuse_over_pending_quota (migration 0011) inside the enqueue.
+  // Raised by tasks_keep_task_type_of_key (migration 0011) inside the enqueue.
+  if (e?.code === 'TQ003') {
+    const message = e.message ?? 'idempotency key held by another task type or queue';
+    return new AppError('conflict', message, [{ path: 'idempotencyKey', message }], { subject: e.detail });
+  }
   if (e?.code === 'TQ002') {
     return quotaExceeded('maxPendingTasks', e.message ?? 'quota maxPendingTasks exceeded', PENDING_QUOTA_RETRY_AFTER_SECONDS);
   }

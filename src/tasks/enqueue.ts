@@ -95,6 +95,14 @@ export async function enqueueTasks(
     try {
       return await writeBatch(deps, tenant, rows, options.now);
     } catch (error) {
+      if (error instanceof AppError && error.code === 'conflict' && error.subject !== undefined) {
+        // A key held by another task type or queue: name the item that reused it.
+        const i = keyOwner.get(error.subject);
+        if (i !== undefined) {
+          const path = [pathOf(i), 'idempotencyKey'].filter(Boolean).join('.');
+          throw new AppError('conflict', error.message, [{ path, message: error.message }]);
+        }
+      }
       const code = (error as { code?: string }).code;
       if (run >= MAX_RUNS || code === undefined || !RETRYABLE.has(code)) throw error;
     }

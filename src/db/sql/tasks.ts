@@ -61,7 +61,8 @@ export interface WrittenTask extends Task {
  *
  * An existing idempotency key is resolved by ON CONFLICT on the row itself:
  * a task still waiting (scheduled or queued) takes the new run time and
- * payload; a spent one (running or finished) is returned unchanged. Keys whose
+ * payload; a spent one (running or finished) is returned unchanged; a key
+ * held by another task type or queue refuses the whole statement (TQ003). Keys whose
  * task retention already deleted are left out here (the caller reads them from
  * spent_idempotency_keys); the trigger of migration 0002 closes the race with
  * a purge committing meanwhile.
@@ -138,6 +139,8 @@ const tasksInsertBatch = sql(
    from rows r, clock
    order by r.ord
    on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
+     -- Guard: the key's task type and queue never change (TQ003, 409, the whole batch refused).
+     task       = tasks_keep_task_type_of_key(t.idempotency_key, t.task, t.queue, excluded.task, excluded.queue),
      payload    = case when t.status in ('scheduled', 'queued') then excluded.payload else t.payload end,
      run_at     = case when t.status in ('scheduled', 'queued') then excluded.run_at else t.run_at end,
      vtime      = case when t.status not in ('scheduled', 'queued') then t.vtime
