@@ -595,8 +595,12 @@ export interface ReapCounts {
 /**
  * Handles running tasks whose lease expired (DESIGN §5.1). Never handed to the
  * Queue: back to `queued` with its vtime and without spending the attempt.
- * Handed off: under at-least-once a failed attempt (retry with backoff, or
- * `dead` when none is left); under at-most-once finished without redelivery.
+ * At-most-once and provably never started (started_at null: the fenced start
+ * never committed, so no handler ran): back to `queued` the same way; its old
+ * message, if it ever arrives, finds the task queued or re-claimed under a
+ * new epoch and is skipped by the fenced start. Otherwise handed off: under
+ * at-least-once a failed attempt (retry with backoff, or `dead` when none is
+ * left); under at-most-once (started) finished without redelivery.
  */
 const tasksReapExpired = sql(
   'tasks_reap_expired',
@@ -604,6 +608,8 @@ const tasksReapExpired = sql(
    expired as (
      select t.id,
             case when t.dispatched_at is null and t.started_at is null then 'queued'
+                 -- Guard: at-most-once never started is requeued, never dead.
+                 when t.delivery = 'at_most_once' and t.started_at is null then 'queued'
                  when t.delivery = 'at_most_once' then 'dead'
                  when t.attempts < t.max_attempts then 'scheduled'
                  else 'dead' end as next_status
