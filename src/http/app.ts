@@ -76,7 +76,7 @@ export function createApp(deps: AppDeps): App {
   registerScheduleRoutes(app, deps);
   registerQueueRoutes(app);
   registerSigningSecretRoutes(app, deps);
-  registerAdminRoutes(app);
+  registerAdminRoutes(app, deps);
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', {
     type: 'http',

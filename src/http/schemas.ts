@@ -4,6 +4,8 @@ import { z } from '@hono/zod-openapi';
 import { isClaimedNotStarted, shownStatus, TASK_STATUSES, type Task } from '../tasks/model.ts';
 import type { TaskInput } from '../tasks/enqueue.ts';
 import { MAX_INTERVAL_SECONDS } from '../schedules/recurrence.ts';
+import { MAX_TIMEOUT_SECONDS } from '../tasks/options.ts';
+import { QUOTA_LIMITS } from '../tenants/quotas.ts';
 
 export const MAX_DELAY_SECONDS = 365 * 86_400;
 
@@ -39,7 +41,12 @@ const TaskOptionFields = {
     })
     .optional()
     .openapi({ description: 'Exponential backoff with full jitter, in seconds.' }),
-  timeout: z.number().min(0.001).max(900).optional().openapi({ description: 'Seconds per attempt.' }),
+  timeout: z
+    .number()
+    .min(0.001)
+    .max(MAX_TIMEOUT_SECONDS)
+    .optional()
+    .openapi({ description: `Seconds per attempt (at most ${MAX_TIMEOUT_SECONDS}: an attempt must fit a Queue consumer's 15-minute wall clock).` }),
   delivery: z.enum(['at_least_once', 'at_most_once']).optional(),
 };
 
@@ -199,12 +206,44 @@ export const ApiKeySchema = z
   .openapi('ApiKey');
 
 
+/** A tenant's quotas; an absent field keeps its value, null returns it to the default (vars QUOTA_*). */
+export const TenantQuotasSchema = z
+  .strictObject({
+    maxPendingTasks: z.int().min(0).max(QUOTA_LIMITS.maxPendingTasks).nullable().optional().openapi({
+      description: 'Most scheduled + queued + running tasks; an enqueue past it is a 429 (the whole batch).',
+    }),
+    maxSchedules: z.int().min(0).max(QUOTA_LIMITS.maxSchedules).nullable().optional().openapi({ description: 'Most schedules.' }),
+    minScheduleIntervalSeconds: z.int().min(1).max(QUOTA_LIMITS.minScheduleIntervalSeconds).nullable().optional().openapi({
+      description: 'Shortest period a schedule may fire at (a cron firing every second counts as 1).',
+    }),
+  })
+  .openapi('TenantQuotas');
+
 export const TenantWeightSchema = z
   .strictObject({
     queue: QueueName.default('default'),
-    weight: z.number().gt(0).max(1000).openapi({ description: 'Share of claims relative to other tenants of the queue (default 1).' }),
+    weight: z
+      .number()
+      .gt(0)
+      .max(1000)
+      .optional()
+      .openapi({ description: 'Share of claims relative to other tenants of the queue (default 1).' }),
+    quotas: TenantQuotasSchema.optional(),
   })
+  .refine((b) => b.weight !== undefined || b.quotas !== undefined, { path: ['weight'], message: 'set weight, quotas, or both' })
   .openapi('TenantWeight');
+
+export const TenantSetSchema = z
+  .object({
+    tenant: z.string(),
+    queue: z.string().optional(),
+    weight: z.number().optional(),
+    quotas: z
+      .object({ maxPendingTasks: z.int(), maxSchedules: z.int(), minScheduleIntervalSeconds: z.int() })
+      .optional()
+      .openapi({ description: 'The quotas now in force (defaults filled in).' }),
+  })
+  .openapi('TenantWeightSet');
 
 export const QueuePauseSchema = z.strictObject({ paused: z.boolean() }).openapi('QueuePause');
 

@@ -15,6 +15,7 @@ import {
 import { AppError, invalid, type ErrorDetail } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import { resolveTaskOptions, type TaskOptionsInput } from '../tasks/options.ts';
+import { checkScheduleQuotas } from '../tenants/quotas.ts';
 import type { MisfirePolicy, OverlapPolicy, Schedule } from './model.ts';
 import { specOf } from './model.ts';
 import { nextFireTime, validateSpec, type RecurrenceUnit } from './recurrence.ts';
@@ -100,6 +101,7 @@ export async function putSchedule(
           : clock
         : probe.anchor;
     const spec = { ...probe, anchor: kind === 'cron' || kind === 'once' ? null : anchor };
+    await checkScheduleQuotas(tx, { config, tenant, spec: specOf({ ...spec, anchor }), replacing: existing !== null, now: clock });
     const write: ScheduleWrite = {
       tenant,
       name,

@@ -74,23 +74,48 @@ export interface WrittenTask extends Task {
  * the look-ahead claimed early and sent with a delay (DESIGN §5, issue 11):
  * its claim is undone (epoch bumped, so the message in flight is skipped as
  * stale; the attempt counted at the claim refunded) and it waits again. The
- * key is spent only once the fenced start has run. Keys whose
+ * key is spent only once the fenced start has run. A key held by another
+ * task type or queue refuses the whole statement (TQ003). Keys whose
  * task retention already deleted are left out here (the caller reads them from
  * spent_idempotency_keys); the trigger of migration 0002 closes the race with
  * a purge committing meanwhile.
+ *
+ * Quota (maxPendingTasks, guard `pending_quota`): the tenant's pending tasks
+ * are counted in this same statement, index-only (tasks_pending_tenant_idx)
+ * and only up to the limit, against the tasks the batch would create (a key
+ * the tenant already holds only reschedules or deduplicates). Over the limit,
+ * tasks_refuse_over_pending_quota raises TQ002 and the whole batch is
+ * refused. It reads without locking: concurrent enqueues of one tenant do not
+ * see each other's uncommitted rows, so together they may overshoot the limit
+ * by at most what all but one of them add (README, Quotas).
  */
 const tasksInsertBatch = sql(
   'tasks_insert_batch',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
+   quota as (
+     select coalesce((select max_pending_tasks from tenant_quotas where tenant = $2::text), $15::int) as max_pending
+   ),
+   pending_quota as (
+     select tasks_refuse_over_pending_quota(
+              $2::text,
+              (select count(*) from (
+                 select 1 from tasks p
+                 where p.tenant = $2::text and p.status in ('scheduled', 'queued', 'running')
+                 limit (select max_pending from quota)) counted),
+              (select count(*) from unnest($14::text[]) k(key)
+               where k.key is null
+                  or not exists (select 1 from tasks e where e.tenant = $2::text and e.idempotency_key = k.key)),
+              (select max_pending from quota)) as ok
+   ),
    input as (
      select i.*, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
      from unnest($4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::bigint[], $9::int[], $10::int[],
                  $11::int[], $12::int[], $13::text[], $14::text[])
           with ordinality as i(queue, task, payload, run_at, delay_ms, max_attempts, backoff_base_ms,
                                backoff_max_ms, timeout_ms, delivery, idempotency_key, ord),
-          clock,
+          clock, pending_quota,
           lateral (select coalesce(i.run_at, clock.now + coalesce(i.delay_ms, 0) * interval '1 millisecond') as due_at) d
-     where not exists (select 1 from spent_idempotency_keys s
+     where pending_quota.ok and not exists (select 1 from spent_idempotency_keys s
                        where s.tenant = $2::text and s.idempotency_key = i.idempotency_key)
    ),
    known_queues as (
@@ -127,6 +152,8 @@ const tasksInsertBatch = sql(
    from rows r, clock
    order by r.ord
    on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
+     -- Guard: the key's task type and queue never change (TQ003, 409, the whole batch refused).
+     task       = tasks_keep_task_type_of_key(t.idempotency_key, t.task, t.queue, excluded.task, excluded.queue),
      payload    = case when ${NOT_STARTED} then excluded.payload else t.payload end,
      run_at     = case when ${NOT_STARTED} then excluded.run_at else t.run_at end,
      vtime      = case when not ${NOT_STARTED} then t.vtime
@@ -147,7 +174,7 @@ const tasksInsertBatch = sql(
 /** One result per input, in input order; null where the key was spent and its task already purged. */
 export async function insertTasks(
   q: Queryable,
-  p: { now?: Now; tenant: string; lookaheadSeconds: number; tasks: readonly NewTask[] },
+  p: { now?: Now; tenant: string; lookaheadSeconds: number; tasks: readonly NewTask[]; maxPendingTasks: number },
 ): Promise<(WrittenTask | null)[]> {
   const col = <K extends keyof NewTask>(k: K) => p.tasks.map((t) => t[k]);
   const rows = await q.query<TaskRow & { created: boolean }>(tasksInsertBatch, [
@@ -165,6 +192,7 @@ export async function insertTasks(
     col('timeoutMs'),
     col('delivery'),
     col('idempotencyKey'),
+    p.maxPendingTasks,
   ]);
   // Back to input order: keyed rows by key; unkeyed ones were inserted in
   // input order, so their ids ascend in that order.
@@ -610,8 +638,12 @@ export interface ReapCounts {
 /**
  * Handles running tasks whose lease expired (DESIGN §5.1). Never handed to the
  * Queue: back to `queued` with its vtime and without spending the attempt.
- * Handed off: under at-least-once a failed attempt (retry with backoff, or
- * `dead` when none is left); under at-most-once finished without redelivery.
+ * At-most-once and provably never started (started_at null: the fenced start
+ * never committed, so no handler ran): back to `queued` the same way; its old
+ * message, if it ever arrives, finds the task queued or re-claimed under a
+ * new epoch and is skipped by the fenced start. Otherwise handed off: under
+ * at-least-once a failed attempt (retry with backoff, or `dead` when none is
+ * left); under at-most-once (started) finished without redelivery.
  */
 const tasksReapExpired = sql(
   'tasks_reap_expired',
@@ -619,6 +651,8 @@ const tasksReapExpired = sql(
    expired as (
      select t.id,
             case when t.dispatched_at is null and t.started_at is null then 'queued'
+                 -- Guard: at-most-once never started is requeued, never dead.
+                 when t.delivery = 'at_most_once' and t.started_at is null then 'queued'
                  when t.delivery = 'at_most_once' then 'dead'
                  when t.attempts < t.max_attempts then 'scheduled'
                  else 'dead' end as next_status

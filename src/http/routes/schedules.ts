@@ -18,7 +18,7 @@ import {
   encodeCursor,
   taskJson,
 } from '../schemas.ts';
-import { commonErrors, json, jsonBody, notFoundError } from './common.ts';
+import { commonErrors, json, jsonBody, notFoundError, quotaError } from './common.ts';
 
 const NameParam = z.object({ name: ScheduleName });
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
@@ -58,7 +58,12 @@ const routes = {
     path: '/v1/schedules/{name}',
     summary: 'Create or replace a schedule; occurrences planned under the old definition that have not started give way to the new one',
     request: { params: NameParam, ...jsonBody(ScheduleWriteSchema) },
-    responses: { 201: json(ScheduleSchema, 'Created'), 200: json(ScheduleSchema, 'Replaced'), ...commonErrors },
+    responses: {
+      201: json(ScheduleSchema, 'Created'),
+      200: json(ScheduleSchema, 'Replaced'),
+      ...commonErrors,
+      ...quotaError('maxSchedules or minScheduleIntervalSeconds'),
+    },
   }),
   list: createRoute({
     method: 'get',
