@@ -12,8 +12,10 @@ import { onError } from './errors.ts';
 import { validationHook } from './validation.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
+import { registerReplayRoutes } from './routes/replay.ts';
 import { registerScheduleRoutes } from './routes/schedules.ts';
 import { registerTaskRoutes } from './routes/tasks.ts';
+import { registerTriggerRoutes } from './routes/trigger.ts';
 
 export interface AppDeps {
   config: Config;
@@ -65,7 +67,9 @@ export function createApp(deps: AppDeps): App {
   for (const path of ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues']) app.use(path, tenant);
   app.use('/v1/admin/*', requireAdmin(deps.adminToken));
   registerTaskRoutes(app, deps);
+  registerReplayRoutes(app, deps);
   registerScheduleRoutes(app, deps);
+  registerTriggerRoutes(app, deps);
   registerQueueRoutes(app);
   registerAdminRoutes(app);
 

@@ -26,7 +26,7 @@ export const TaskType = z
   .regex(/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/, 'letters, digits and _ . : - (at most 128)')
   .openapi({ example: 'noop' });
 
-const Instant = z.iso.datetime({ offset: true }).openapi({ example: '2026-12-01T09:00:00Z' });
+export const Instant = z.iso.datetime({ offset: true }).openapi({ example: '2026-12-01T09:00:00Z' });
 
 /** What a task, or a schedule for its occurrences, may set about attempts. */
 const TaskOptionFields = {
@@ -43,7 +43,7 @@ const TaskOptionFields = {
 };
 
 /** Unparsable instants are the datetime check's to report; this one bounds parsable ones. */
-function inRunAtRange(runAt: string): boolean {
+export function inRunAtRange(runAt: string): boolean {
   const ms = Date.parse(runAt);
   return Number.isNaN(ms) || (ms > Date.UTC(2000, 0) && ms < Date.UTC(2200, 0));
 }
@@ -109,6 +109,7 @@ export const TaskSchema = z
     backoff: z.object({ base: z.number(), max: z.number() }),
     scheduleId: z.string().nullable(),
     scheduledFor: z.string().nullable(),
+    replayOf: z.string().nullable().openapi({ description: 'The terminal task this one replays.' }),
     deduplicated: z.boolean().optional().openapi({ description: 'The idempotency key was already spent.' }),
   })
   .openapi('Task');
@@ -137,6 +138,7 @@ export function taskJson(t: Task): TaskJson {
     backoff: { base: t.backoffBaseMs / 1000, max: t.backoffMaxMs / 1000 },
     scheduleId: t.scheduleId,
     scheduledFor: iso(t.scheduledFor),
+    replayOf: t.replayOf,
   };
 }
 
