@@ -147,6 +147,8 @@ export const IdParam = z.object({
   id: z
     .string()
     .regex(/^[1-9]\d{0,18}$/, 'an id (digits)')
+    // 19 digits may still overflow bigint, which Postgres would answer with an error (a 5xx).
+    .refine((s) => !/^[1-9]\d{0,18}$/.test(s) || BigInt(s) <= 9_223_372_036_854_775_807n, 'an id (at most 9223372036854775807)')
     .openapi({ param: { name: 'id', in: 'path' }, example: '42' }),
 });
 
