@@ -80,6 +80,7 @@ describe('replay (tasks_replay_terminal)', () => {
   });
 
   it('refuses a task that has not finished (409) and writes nothing', async () => {
+    await seed('dead'); // a bystander the statement must not take instead
     for (const state of ['scheduled', 'queued', 'running', 'started'] as const) {
       const [id] = await seed(state);
       await expect(replayTask(deps(), 'acme', id!, {}, T0)).rejects.toMatchObject({ code: 'conflict' });
