@@ -274,3 +274,23 @@ describe('POST /v1/schedules/{name}/trigger', () => {
     expect(runs.body.tasks).toEqual([]);
   });
 });
+
+describe('the client', () => {
+  it('replay, bulkCancel, bulkReplay and trigger', async () => {
+    const { createClient, ApiError } = await import('../../src/client/index.ts');
+    const client = createClient({ baseUrl: base, key: acmeKey, fetch: (r) => exports.default.fetch(r) });
+    const [dead] = await seed('replay-acme', 'dead', 1, 'replay-client');
+    const first = await client.tasks.replay(dead!, { delay: 3600 });
+    expect(first).toMatchObject({ created: true, task: { replayOf: dead, status: 'scheduled' } });
+    expect(await client.tasks.replay(dead!)).toEqual({ created: false, task: first.task });
+    const cancelled = await client.tasks.bulkCancel({ ids: [first.task.id] });
+    expect(cancelled).toEqual({ affected: 1, ids: [first.task.id] });
+    const replayed = await client.tasks.bulkReplay({ queue: 'replay-client', status: ['cancelled'] });
+    expect(replayed.ids).toEqual([first.task.id]);
+    expect(replayed.replayIds).toHaveLength(1);
+    await expect(client.tasks.bulkReplay({})).rejects.toBeInstanceOf(ApiError);
+    await client.schedules.put('replay-client', { interval: 86_400, task: 'noop', enabled: false });
+    expect(await client.schedules.trigger('replay-client')).toMatchObject({ task: 'noop', scheduleId: expect.any(String) });
+    await expect(client.schedules.trigger('replay-missing')).rejects.toMatchObject({ status: 404, code: 'not_found' });
+  });
+});
