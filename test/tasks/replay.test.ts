@@ -46,7 +46,7 @@ async function seed(state: Seed, o: { tenant?: string; n?: number; queue?: strin
   );
   return rows.map((r) => String(r.id));
 }
-const row = async (id: string) => (await t.db.query(`select * from tasks where id = $1::bigint`, [id]))[0];
+const row = async (id: string) => (await t.db.query<Record<string, unknown>>(`select * from tasks where id = $1::bigint`, [id]))[0]!;
 const count = async (where = 'true') => (await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where ${where}`))[0]!.n;
 
 describe('replay (tasks_replay_terminal)', () => {

@@ -18,7 +18,7 @@ async function call(method: string, path: string, init: { key?: string; body?: u
   const res = await exports.default.fetch(`${base}${path}`, { method, headers, body });
   return { status: res.status, body: (await res.json()) as any };
 }
-const admin = (method: string, path: string, body?: unknown) => call(method, path, { key: env.ADMIN_TOKEN, body });
+const admin = (method: string, path: string, body?: unknown) => call(method, path, { key: String(env.ADMIN_TOKEN), body });
 const paths = (r: { body: any }) => (r.body.error?.details ?? []).map((d: { path: string }) => d.path);
 
 /** `n` tasks of one tenant in one state, in one statement; their ids, ascending. */
@@ -42,7 +42,7 @@ async function seed(tenant: string, status: string, n: number, queue = 'default'
   );
   return rows.map((r) => String(r.id)).sort((a, b) => Number(a) - Number(b));
 }
-const rowOf = async (id: string) => (await db.query(`select * from tasks where id = $1::bigint`, [id]))[0];
+const rowOf = async (id: string) => (await db.query<Record<string, unknown>>(`select * from tasks where id = $1::bigint`, [id]))[0]!;
 
 beforeAll(async () => {
   db = createNeonDb({ connectionString: env.DATABASE_URL, wsProxy: env.DATABASE_WS_PROXY });
