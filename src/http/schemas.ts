@@ -29,7 +29,7 @@ export const TaskType = z
   .regex(/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/, 'letters, digits and _ . : - (at most 128)')
   .openapi({ example: 'noop' });
 
-const Instant = z.iso.datetime({ offset: true }).openapi({ example: '2026-12-01T09:00:00Z' });
+export const Instant = z.iso.datetime({ offset: true }).openapi({ example: '2026-12-01T09:00:00Z' });
 
 /** What a task, or a schedule for its occurrences, may set about attempts. */
 const TaskOptionFields = {
@@ -51,7 +51,7 @@ const TaskOptionFields = {
 };
 
 /** Unparsable instants are the datetime check's to report; this one bounds parsable ones. */
-function inRunAtRange(runAt: string): boolean {
+export function inRunAtRange(runAt: string): boolean {
   const ms = Date.parse(runAt);
   return Number.isNaN(ms) || (ms > Date.UTC(2000, 0) && ms < Date.UTC(2200, 0));
 }
@@ -130,6 +130,7 @@ export const TaskSchema = z
     backoff: z.object({ base: z.number(), max: z.number() }),
     scheduleId: z.string().nullable(),
     scheduledFor: z.string().nullable(),
+    replayOf: z.string().nullable().openapi({ description: 'The terminal task this one replays.' }),
     deduplicated: z.boolean().optional().openapi({ description: 'The idempotency key was already spent.' }),
   })
   .openapi('Task');
@@ -161,12 +162,13 @@ export function taskJson(t: Task): TaskJson {
     backoff: { base: t.backoffBaseMs / 1000, max: t.backoffMaxMs / 1000 },
     scheduleId: t.scheduleId,
     scheduledFor: iso(t.scheduledFor),
+    replayOf: t.replayOf,
   };
 }
 
 /** The largest id a bigint column holds. */
 const MAX_BIGINT = 9_223_372_036_854_775_807n;
-const isId = (s: string) => /^[1-9]\d{0,18}$/.test(s) && BigInt(s) <= MAX_BIGINT;
+export const isId = (s: string) => /^[1-9]\d{0,18}$/.test(s) && BigInt(s) <= MAX_BIGINT;
 
 /** `{id}` in a path: a positive bigint, as a string. */
 export const IdParam = z.object({
