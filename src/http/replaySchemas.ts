@@ -3,7 +3,7 @@ import { z } from '@hono/zod-openapi';
 import { CANCELLABLE_STATUSES } from '../db/sql/bulkCancel.ts';
 import { REPLAYABLE_STATUSES } from '../db/sql/replay.ts';
 import { TASK_STATUSES } from '../tasks/model.ts';
-import { Instant, MAX_DELAY_SECONDS, QueueName, TaskSchema, TaskType, inRunAtRange, isId } from './schemas.ts';
+import { Instant, MAX_DELAY_SECONDS, QueueName, TaskType, inRunAtRange, isId } from './schemas.ts';
 
 export const MAX_BULK_LIMIT = 10_000;
 export const DEFAULT_BULK_LIMIT = 1000;
@@ -68,4 +68,3 @@ export const BulkReplayResultSchema = z
   })
   .openapi('BulkReplayResult');
 
-export const ReplayedTaskSchema = TaskSchema;
