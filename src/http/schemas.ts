@@ -4,7 +4,7 @@ import { z } from '@hono/zod-openapi';
 import { isClaimedNotStarted, shownStatus, TASK_STATUSES, type Task } from '../tasks/model.ts';
 import type { TaskInput } from '../tasks/enqueue.ts';
 import { MAX_INTERVAL_SECONDS } from '../schedules/recurrence.ts';
-import { MAX_TIMEOUT_SECONDS } from '../tasks/options.ts';
+import { CONCURRENCY_KEY_MAX_LENGTH, CONCURRENCY_LIMIT_MAX, MAX_TIMEOUT_SECONDS } from '../tasks/options.ts';
 import { QUOTA_LIMITS } from '../tenants/quotas.ts';
 
 export const MAX_DELAY_SECONDS = 365 * 86_400;
@@ -56,6 +56,16 @@ export function inRunAtRange(runAt: string): boolean {
   return Number.isNaN(ms) || (ms > Date.UTC(2000, 0) && ms < Date.UTC(2200, 0));
 }
 
+export const ConcurrencySchema = z
+  .strictObject({
+    key: z.string().min(1).max(CONCURRENCY_KEY_MAX_LENGTH),
+    limit: z.int().min(1).max(CONCURRENCY_LIMIT_MAX),
+  })
+  .openapi('Concurrency', {
+    description:
+      "At most `limit` of the tenant's tasks with this `key` run at once (claimed, including claimed early, or started, and not finished), across every queue. Tasks over the limit wait, queued, and never hold back other keys. The same key with different limits: the most recently enqueued task's limit applies.",
+  });
+
 export const TaskCreateSchema = z
   .strictObject({
     task: TaskType,
@@ -64,6 +74,7 @@ export const TaskCreateSchema = z
     runAt: Instant.optional().openapi({ description: 'Earliest start (ISO 8601 with a zone). Exclusive with delay.' }),
     delay: z.number().min(0).max(MAX_DELAY_SECONDS).optional().openapi({ description: 'Seconds from now.' }),
     idempotencyKey: z.string().min(1).max(256).optional(),
+    concurrency: ConcurrencySchema.optional(),
     ...TaskOptionFields,
   })
   .refine((t) => t.runAt === undefined || t.delay === undefined, {
@@ -90,6 +101,7 @@ export function toTaskInput(body: TaskCreate): TaskInput {
     backoff: body.backoff,
     timeout: body.timeout,
     delivery: body.delivery,
+    concurrency: body.concurrency,
   };
 }
 
@@ -131,6 +143,7 @@ export const TaskSchema = z
     scheduleId: z.string().nullable(),
     scheduledFor: z.string().nullable(),
     replayOf: z.string().nullable().openapi({ description: 'The terminal task this one replays.' }),
+    concurrency: z.object({ key: z.string(), limit: z.int() }).nullable(),
     deduplicated: z.boolean().optional().openapi({ description: 'The idempotency key was already spent.' }),
   })
   .openapi('Task');
@@ -163,6 +176,7 @@ export function taskJson(t: Task): TaskJson {
     scheduleId: t.scheduleId,
     scheduledFor: iso(t.scheduledFor),
     replayOf: t.replayOf,
+    concurrency: t.concurrency,
   };
 }
 

@@ -8,6 +8,7 @@ import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
 import {
   claimTasks,
+  wakeParkedTasks,
   listClaimableQueues,
   markDispatched,
   promoteDueTasks,
@@ -86,17 +87,17 @@ export function reportLostFences(log: Logger, step: string, lost: readonly LostF
 export const QUEUE_SEND_LIMIT = 100;
 
 /** Claims one batch of a queue, sends it (in chunks the Queue accepts), marks it dispatched. */
-async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts> {
+async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts & { parked: number }> {
   const { db, config, log } = deps;
   const faults = deps.faults ?? noFaults;
-  const claimed: ClaimedTask[] = await claimTasks(db, {
+  const { claimed, parked }: { claimed: ClaimedTask[]; parked: number } = await claimTasks(db, {
     now,
     queue,
     limit: config.sweepBatchSize,
     claimedBy: deps.workerId,
     leaseSeconds: config.claimLeaseSeconds,
   });
-  const counts: DispatchCounts = { claimed: claimed.length, dispatched: 0, released: 0, lost: 0 };
+  const counts: DispatchCounts & { parked: number } = { claimed: claimed.length, dispatched: 0, released: 0, lost: 0, parked };
   if (claimed.length === 0) return counts;
   await faults('sweep.after_claim', { queue, ids: claimed.map((c) => c.id) });
 
@@ -157,7 +158,9 @@ export async function dispatchRunnable(
       total.dispatched += c.dispatched;
       total.released += c.released;
       total.lost += c.lost;
-      if (c.claimed >= deps.config.sweepBatchSize) next.push(queue);
+      // Tasks parked over their concurrency limit left the runnable index: the
+      // batch was full, and the queue may hold more runnable work behind them.
+      if (c.claimed + c.parked >= deps.config.sweepBatchSize) next.push(queue);
     }
     turn = next;
   }
@@ -242,6 +245,8 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     },
     // 4. Claim and dispatch, queues taking turns, lowest vtime first within each.
     async dispatch(until) {
+      // Parked tasks whose key has room again (a raised limit, a missed wake).
+      await wakeParkedTasks(db, { keys: config.sweepBatchSize });
       const { budgetExhausted, ...c } = await dispatchRunnable(deps, { now, deadline: until });
       dispatchCounts.claimed += c.claimed;
       dispatchCounts.dispatched += c.dispatched;

@@ -53,6 +53,9 @@ export interface NewTask {
   timeoutMs: number;
   delivery: Delivery;
   idempotencyKey: string | null;
+  /** Flow control (issue 16): at most `concurrencyLimit` running tasks of this tenant with this key. */
+  concurrencyKey: string | null;
+  concurrencyLimit: number | null;
 }
 
 export interface WrittenTask extends Task {
@@ -88,6 +91,12 @@ export interface WrittenTask extends Task {
  * refused. It reads without locking: concurrent enqueues of one tenant do not
  * see each other's uncommitted rows, so together they may overshoot the limit
  * by at most what all but one of them add (README, Quotas).
+ *
+ * Concurrency keys (issue 16, guard `slot_limits`): the batch writes each
+ * key's limit to its concurrency_slots row (the last item of the batch with
+ * that key wins, and a later enqueue overrides an earlier one: the most
+ * recent task's limit applies). It locks those slot rows, in (tenant, key)
+ * order like every statement that takes them.
  */
 const tasksInsertBatch = sql(
   'tasks_insert_batch',
@@ -110,9 +119,10 @@ const tasksInsertBatch = sql(
    input as (
      select i.*, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
      from unnest($4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::bigint[], $9::int[], $10::int[],
-                 $11::int[], $12::int[], $13::text[], $14::text[])
+                 $11::int[], $12::int[], $13::text[], $14::text[], $16::text[], $17::int[])
           with ordinality as i(queue, task, payload, run_at, delay_ms, max_attempts, backoff_base_ms,
-                               backoff_max_ms, timeout_ms, delivery, idempotency_key, ord),
+                               backoff_max_ms, timeout_ms, delivery, idempotency_key, concurrency_key,
+                               concurrency_limit, ord),
           clock, pending_quota,
           lateral (select coalesce(i.run_at, clock.now + coalesce(i.delay_ms, 0) * interval '1 millisecond') as due_at) d
      where pending_quota.ok and not exists (select 1 from spent_idempotency_keys s
@@ -120,6 +130,13 @@ const tasksInsertBatch = sql(
    ),
    known_queues as (
      insert into queues (name) select distinct queue from input order by queue on conflict do nothing
+   ),
+   slot_limits as (
+     insert into concurrency_slots as s (tenant, key, max_running)
+     select distinct on (i.concurrency_key) $2::text, i.concurrency_key, i.concurrency_limit
+     from input i where i.concurrency_key is not null
+     order by i.concurrency_key, i.ord desc
+     on conflict (tenant, key) do update set max_running = excluded.max_running, updated_at = now()
    ),
    runnable_counts as (
      select queue, count(*)::double precision as n from input where runnable group by queue
@@ -145,10 +162,11 @@ const tasksInsertBatch = sql(
      left join runnable_counts c on i.runnable and c.queue = i.queue
    )
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
-                           backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at)
+                           backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at,
+                           concurrency_key, concurrency_limit)
    select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
           r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
-          r.idempotency_key, r.vtime, clock.now, clock.now
+          r.idempotency_key, r.vtime, clock.now, clock.now, r.concurrency_key, r.concurrency_limit
    from rows r, clock
    order by r.ord
    on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
@@ -159,6 +177,11 @@ const tasksInsertBatch = sql(
      vtime      = case when not ${NOT_STARTED} then t.vtime
                        when excluded.status = 'queued' then coalesce(t.vtime, excluded.vtime) end,
      status     = case when ${NOT_STARTED} then excluded.status else t.status end,
+     -- A waiting task takes the new flow control and is runnable again (an
+     -- early claim undone frees its old key's slot through the trigger).
+     concurrency_key   = case when ${NOT_STARTED} then excluded.concurrency_key else t.concurrency_key end,
+     concurrency_limit = case when ${NOT_STARTED} then excluded.concurrency_limit else t.concurrency_limit end,
+     parked     = case when ${NOT_STARTED} then false else t.parked end,
      -- reschedule_if_claimed_not_started: undo the early claim.
      lease_epoch      = case when ${CLAIMED_NOT_STARTED} then t.lease_epoch + 1 else t.lease_epoch end,
      attempts         = case when ${CLAIMED_NOT_STARTED} then t.attempts - 1 else t.attempts end,
@@ -193,6 +216,8 @@ export async function insertTasks(
     col('delivery'),
     col('idempotencyKey'),
     p.maxPendingTasks,
+    col('concurrencyKey'),
+    col('concurrencyLimit'),
   ]);
   // Back to input order: keyed rows by key; unkeyed ones were inserted in
   // input order, so their ids ascend in that order.
@@ -263,7 +288,7 @@ const tasksPromoteDue = sql(
               as vtime
      from due d join fair f using (queue, tenant) join counts c using (queue, tenant)
    )
-   update tasks t set status = 'queued', vtime = r.vtime, updated_at = clock.now
+   update tasks t set status = 'queued', vtime = r.vtime, parked = false, updated_at = clock.now
    from ranked r, clock
    where t.id = r.id
    returning t.id`,
@@ -281,7 +306,7 @@ export async function promoteDueTasks(
 const queuesListClaimable = sql(
   'queues_list_claimable',
   `select q.name from queues q
-   where not q.paused and exists (select 1 from tasks t where t.queue = q.name and t.status = 'queued')
+   where not q.paused and exists (select 1 from tasks t where t.queue = q.name and t.status = 'queued' and not t.parked)
    order by q.name`,
 );
 
@@ -303,17 +328,53 @@ export interface ClaimedTask {
  * bumped epoch, an attempt counted and a lease that covers the wait until
  * their run_at, and advances the queue's virtual clock, all in one statement.
  * A paused queue yields nothing.
+ *
+ * Concurrency keys (issue 16, `slots`): the picked tasks' keys take their
+ * slots in one upsert per key, in (tenant, key) order. ON CONFLICT DO UPDATE
+ * locks the slot row and reads its latest committed count, so overlapping
+ * claims serialize per key and never grant more than `max_running`. Within a
+ * key the lowest vtimes get the granted slots; the rest are `parked` (out of
+ * the runnable index: later claims never re-read them, and the batch's
+ * other keys and tenants are claimed in the same statement). A freed slot
+ * wakes a parked task (migration 0016's trigger).
  */
 const tasksClaimRunnable = sql(
   'tasks_claim_runnable',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    picked as (
-     select t.id from tasks t
-     where t.status = 'queued' and t.queue = $2::text
+     select t.id, t.tenant, t.concurrency_key, t.concurrency_limit, t.vtime from tasks t
+     where t.status = 'queued' and not t.parked and t.queue = $2::text
        and not exists (select 1 from queues q where q.name = $2::text and q.paused)
      order by t.vtime, t.id
      limit $3::int
      for update of t skip locked
+   ),
+   wanted as (
+     select tenant, concurrency_key as key, count(*)::int as n, max(concurrency_limit) as max_running
+     from picked where concurrency_key is not null group by tenant, concurrency_key
+   ),
+   slots as (
+     insert into concurrency_slots as s (tenant, key, max_running, running, granted)
+     select w.tenant, w.key, w.max_running, least(w.n, w.max_running), least(w.n, w.max_running)
+     from wanted w order by w.tenant, w.key
+     on conflict (tenant, key) do update set
+       granted = greatest(0, least((select w.n from wanted w where w.tenant = s.tenant and w.key = s.key),
+                                   s.max_running - s.running)),
+       running = s.running + greatest(0, least((select w.n from wanted w where w.tenant = s.tenant and w.key = s.key),
+                                               s.max_running - s.running)),
+       updated_at = now()
+     returning s.tenant, s.key, s.granted
+   ),
+   decided as (
+     select p.id, p.concurrency_key is null
+                  or row_number() over (partition by p.tenant, p.concurrency_key order by p.vtime, p.id)
+                     <= coalesce(g.granted, 0) as takes_slot
+     from picked p left join slots g on g.tenant = p.tenant and g.key = p.concurrency_key
+   ),
+   parked as (
+     update tasks t set parked = true, updated_at = clock.now
+     from decided d, clock
+     where t.id = d.id and not d.takes_slot
    ),
    claimed as (
      update tasks t set
@@ -325,8 +386,8 @@ const tasksClaimRunnable = sql(
        dispatched_at = null,
        started_at = null,
        updated_at = clock.now
-     from picked, clock
-     where t.id = picked.id
+     from decided d, clock
+     where t.id = d.id and d.takes_slot
      returning t.id, t.lease_epoch, t.run_at, t.vtime,
                greatest(0, floor(extract(epoch from t.run_at - clock.now) * 1000))::bigint as delay_ms
    ),
@@ -335,21 +396,59 @@ const tasksClaimRunnable = sql(
      from (select max(vtime) as v from claimed) m
      where q.name = $2::text and m.v is not null
    )
-   select id, lease_epoch, run_at, delay_ms from claimed order by vtime, id`,
+   (select id, lease_epoch, run_at, delay_ms, null::int as parked from claimed order by vtime, id)
+   union all
+   -- How many were parked: the sweep keeps claiming while claimed + parked fill batches.
+   select null, null, null, null, (select count(*)::int from decided where not takes_slot)`,
 );
 
 export async function claimTasks(
   q: Queryable,
   p: { now?: Now; queue: string; limit: number; claimedBy: string; leaseSeconds: number },
-): Promise<ClaimedTask[]> {
-  const rows = await q.query<{ id: string; lease_epoch: string; run_at: Date; delay_ms: string }>(tasksClaimRunnable, [
-    at(p.now),
-    p.queue,
-    p.limit,
-    p.claimedBy,
-    p.leaseSeconds,
-  ]);
-  return rows.map((r) => ({ id: String(r.id), epoch: Number(r.lease_epoch), runAt: r.run_at, delayMs: Number(r.delay_ms) }));
+): Promise<{ claimed: ClaimedTask[]; parked: number }> {
+  const rows = await q.query<{ id: string | null; lease_epoch: string; run_at: Date; delay_ms: string; parked: number | null }>(
+    tasksClaimRunnable,
+    [at(p.now), p.queue, p.limit, p.claimedBy, p.leaseSeconds],
+  );
+  const claimed = rows
+    .filter((r) => r.id !== null)
+    .map((r) => ({ id: String(r.id), epoch: Number(r.lease_epoch), runAt: r.run_at, delayMs: Number(r.delay_ms) }));
+  return { claimed, parked: Number(rows.find((r) => r.id === null)?.parked ?? 0) };
+}
+
+/**
+ * The safety net of the wake-ups (issue 16): makes parked tasks runnable
+ * again where their key has free slots, at most that many per key, lowest
+ * vtime first. A freed slot wakes one parked task in its own statement
+ * (migration 0016's trigger); this covers a raised limit and a wake that
+ * skipped a locked row. Waking too many is harmless: the claim parks what
+ * finds no slot. Reads the slot rows without locking them; locks the woken
+ * tasks with SKIP LOCKED.
+ */
+const tasksWakeParked = sql(
+  'tasks_wake_parked',
+  `with room as (
+     select s.tenant, s.key, s.max_running - s.running as free from concurrency_slots s
+     where s.running < s.max_running
+       and exists (select 1 from tasks p where p.status = 'queued' and p.parked
+                   and p.tenant = s.tenant and p.concurrency_key = s.key)
+     order by s.tenant, s.key
+     limit $1::int
+   ),
+   woken as (
+     select w.id from room r cross join lateral (
+       select p.id from tasks p
+       where p.status = 'queued' and p.parked and p.tenant = r.tenant and p.concurrency_key = r.key
+       order by p.vtime, p.id
+       limit r.free
+       for update skip locked) w
+   )
+   update tasks t set parked = false from woken w where t.id = w.id
+   returning t.id`,
+);
+
+export async function wakeParkedTasks(q: Queryable, p: { keys: number }): Promise<number> {
+  return (await q.query(tasksWakeParked, [p.keys])).length;
 }
 
 /** A fenced write that found the task no longer held at the expected epoch. */
