@@ -120,6 +120,19 @@ describe('concurrency limits', () => {
     expect(done[0]!.n).toBe(5);
   });
 
+  it('one sweep claims past full batches of parked tasks to the other keys behind them', async () => {
+    const small = createHarness(t.db, { handlers: [slowTask], config: { sweepBatchSize: 10 } });
+    await small.enqueue(Array.from({ length: 30 }, () => ({ task: 'slow', concurrency: { key: 'busy', limit: 1 } })), { now: T0 });
+    await small.enqueue(Array.from({ length: 5 }, () => ({ task: 'slow' })), { now: T0 });
+    const c = await small.sweep({ now: T0 });
+    expect(c.claimed).toBe(6);
+    // Later sweeps do not re-read the parked backlog: nothing is left to pick.
+    const plan = await t.db.query<{ n: number }>(
+      `select count(*)::int as n from tasks where status = 'queued' and not parked`,
+    );
+    expect(plan[0]!.n).toBe(0);
+  });
+
   it('crashes and lost leases never leak a slot: the reaper gives it back, and the limit holds throughout', async () => {
     await h.enqueue(Array.from({ length: 6 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 2 } })), { now: T0 });
     await h.sweep({ now: T0 });
