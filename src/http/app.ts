@@ -13,6 +13,7 @@ import { onError } from './errors.ts';
 import { refuseHostileJson } from './hostile-json.ts';
 import { validationHook } from './validation.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
+import { registerConcurrencyRoutes } from './routes/concurrency.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
 import { registerReplayRoutes } from './routes/replay.ts';
 import { registerScheduleRoutes } from './routes/schedules.ts';
@@ -69,7 +70,7 @@ export function createApp(deps: AppDeps): App {
   const bodyLimitDefault = limited(MAX_BODY_BYTES);
   app.use('/v1/*', (c, next) => (c.req.path === '/v1/tasks/batch' ? batchLimit(c, next) : bodyLimitDefault(c, next)));
   const tenant = requireTenant(deps.adminToken);
-  const tenantPaths = ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues', '/v1/signing-secret', '/v1/signing-secret/*'];
+  const tenantPaths = ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues', '/v1/concurrency/*', '/v1/signing-secret', '/v1/signing-secret/*'];
   for (const path of tenantPaths) app.use(path, tenant);
   app.use('/v1/admin/*', requireAdmin(deps.adminToken));
   // After authentication (a 401 first), before validation and every statement.
@@ -79,6 +80,7 @@ export function createApp(deps: AppDeps): App {
   registerScheduleRoutes(app, deps);
   registerTriggerRoutes(app, deps);
   registerQueueRoutes(app);
+  registerConcurrencyRoutes(app);
   registerSigningSecretRoutes(app, deps);
   registerAdminRoutes(app, deps);
 
