@@ -31,6 +31,16 @@ export const TaskType = z
 
 export const Instant = z.iso.datetime({ offset: true }).openapi({ example: '2026-12-01T09:00:00Z' });
 
+export const ConcurrencySchema = z
+  .strictObject({
+    key: z.string().min(1).max(CONCURRENCY_KEY_MAX_LENGTH),
+    limit: z.int().min(1).max(CONCURRENCY_LIMIT_MAX),
+  })
+  .openapi('Concurrency', {
+    description:
+      "At most `limit` of the tenant's tasks with this `key` run at once (claimed, including claimed early, or started, and not finished), across every queue. Tasks over the limit wait, queued, and never hold back other keys. The same key with different limits: the most recently enqueued task's limit applies.",
+  });
+
 /** What a task, or a schedule for its occurrences, may set about attempts. */
 const TaskOptionFields = {
   maxAttempts: z.int().min(1).max(100).optional(),
@@ -48,6 +58,7 @@ const TaskOptionFields = {
     .optional()
     .openapi({ description: `Seconds per attempt (at most ${MAX_TIMEOUT_SECONDS}: an attempt must fit a Queue consumer's 15-minute wall clock).` }),
   delivery: z.enum(['at_least_once', 'at_most_once']).optional(),
+  concurrency: ConcurrencySchema.optional(),
 };
 
 /** Unparsable instants are the datetime check's to report; this one bounds parsable ones. */
@@ -55,16 +66,6 @@ export function inRunAtRange(runAt: string): boolean {
   const ms = Date.parse(runAt);
   return Number.isNaN(ms) || (ms > Date.UTC(2000, 0) && ms < Date.UTC(2200, 0));
 }
-
-export const ConcurrencySchema = z
-  .strictObject({
-    key: z.string().min(1).max(CONCURRENCY_KEY_MAX_LENGTH),
-    limit: z.int().min(1).max(CONCURRENCY_LIMIT_MAX),
-  })
-  .openapi('Concurrency', {
-    description:
-      "At most `limit` of the tenant's tasks with this `key` run at once (claimed, including claimed early, or started, and not finished), across every queue. Tasks over the limit wait, queued, and never hold back other keys. The same key with different limits: the most recently enqueued task's limit applies.",
-  });
 
 export const TaskCreateSchema = z
   .strictObject({
@@ -74,7 +75,6 @@ export const TaskCreateSchema = z
     runAt: Instant.optional().openapi({ description: 'Earliest start (ISO 8601 with a zone). Exclusive with delay.' }),
     delay: z.number().min(0).max(MAX_DELAY_SECONDS).optional().openapi({ description: 'Seconds from now.' }),
     idempotencyKey: z.string().min(1).max(256).optional(),
-    concurrency: ConcurrencySchema.optional(),
     ...TaskOptionFields,
   })
   .refine((t) => t.runAt === undefined || t.delay === undefined, {
@@ -399,6 +399,7 @@ export const ScheduleSchema = z
     backoff: z.object({ base: z.number(), max: z.number() }),
     timeout: z.number(),
     delivery: z.enum(['at_least_once', 'at_most_once']),
+    concurrency: z.object({ key: z.string(), limit: z.int() }).nullable(),
     misfire: z.enum(['run_once', 'catch_up', 'skip']),
     misfireGrace: z.int(),
     catchUpLimit: z.int(),

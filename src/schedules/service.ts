@@ -115,6 +115,7 @@ export async function putSchedule(
         backoffMaxMs: options.backoffMaxMs,
         timeoutMs: options.timeoutMs,
         delivery: options.delivery,
+        concurrency: input.concurrency ?? null,
       },
       misfire: input.misfire ?? 'run_once',
       misfireGraceSeconds: input.misfireGrace ?? 60,

@@ -5,7 +5,7 @@ import { findSpentKeys, insertTasks, type NewTask, type SpentKey } from '../db/s
 import { AppError, invalid, type ErrorDetail } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import type { Task } from './model.ts';
-import { resolveTaskOptions, type ConcurrencyInput, type TaskOptions, type TaskOptionsInput } from './options.ts';
+import { resolveTaskOptions, type TaskOptions, type TaskOptionsInput } from './options.ts';
 
 /** A task as a caller asks for it (already shape-checked by the API schema). */
 export interface TaskInput extends TaskOptionsInput {
@@ -17,7 +17,6 @@ export interface TaskInput extends TaskOptionsInput {
   /** Seconds from now (the database's clock); exclusive with runAt. */
   delay?: number;
   idempotencyKey?: string;
-  concurrency?: ConcurrencyInput;
 }
 
 export type EnqueueResult =

@@ -35,6 +35,7 @@ export interface TaskOptionsInput {
   /** Seconds. */
   timeout?: number;
   delivery?: Delivery;
+  concurrency?: ConcurrencyInput;
 }
 
 export interface TaskOptions {

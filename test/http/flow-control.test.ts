@@ -61,3 +61,38 @@ describe('concurrency option', () => {
     expect((await api.admin('GET', `/v1/concurrency/${'k'.repeat(257)}`, { tenant: 'acme' })).status).toBe(400);
   });
 });
+
+describe('concurrency on schedules and replays', () => {
+  it("a schedule's occurrences, and a replay, carry the schedule's or the original's concurrency", async () => {
+    const concurrency = { key: 'nightly', limit: 1 };
+    const put = await api.admin('PUT', '/v1/schedules/every-minute', {
+      tenant: 'acme',
+      body: { interval: 60, task: 'noop', concurrency },
+    });
+    expect(put.status).toBe(201);
+    expect(put.body.concurrency).toEqual(concurrency);
+    const bad = await api.admin('PUT', '/v1/schedules/bad', {
+      tenant: 'acme',
+      body: { interval: 60, task: 'noop', concurrency: { key: 'x', limit: 0 } },
+    });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.details.map((d: { path: string }) => d.path)).toEqual(['concurrency.limit']);
+
+    const h = createHarness(t.db);
+    const later = new Date(Date.now() + 3 * 60_000);
+    await h.sweep({ now: later });
+    const rows = await t.db.query<{ concurrency_key: string; concurrency_limit: number; status: string }>(
+      `select concurrency_key, concurrency_limit, status from tasks where schedule_id is not null order by id`,
+    );
+    expect(rows.length).toBeGreaterThanOrEqual(1);
+    expect(rows.every((r) => r.concurrency_key === 'nightly' && r.concurrency_limit === 1)).toBe(true);
+    // At most one of them holds the key's one slot.
+    expect(rows.filter((r) => r.status === 'running').length).toBeLessThanOrEqual(1);
+
+    const done = await api.admin('POST', '/v1/tasks', { tenant: 'acme', body: { task: 'noop', concurrency } });
+    await api.admin('DELETE', `/v1/tasks/${done.body.id}`, { tenant: 'acme' });
+    const replay = await api.admin('POST', `/v1/tasks/${done.body.id}/replay`, { tenant: 'acme', body: {} });
+    expect(replay.status).toBe(201);
+    expect(replay.body.concurrency).toEqual(concurrency);
+  });
+});
