@@ -18,6 +18,7 @@ import type {
   TaskSchema,
 } from '../http/schemas.ts';
 import type { SigningSecretSchema } from '../http/routes/signing-secret.ts';
+import type { ConcurrencySlotSchema } from '../http/routes/concurrency.ts';
 import type { BulkCancelSchema, BulkReplaySchema, ReplaySchema } from '../http/replaySchemas.ts';
 
 export type TaskInput = z.input<typeof TaskCreateSchema>;
@@ -27,6 +28,7 @@ export type SpentTask = z.output<typeof SpentTaskSchema>;
 export type ScheduleInput = z.input<typeof ScheduleWriteSchema>;
 export type Schedule = z.output<typeof ScheduleSchema>;
 export type QueueStats = z.output<typeof QueueStatsSchema>;
+export type ConcurrencySlot = z.output<typeof ConcurrencySlotSchema>;
 export type ApiKey = z.output<typeof ApiKeySchema>;
 export type SigningSecret = z.output<typeof SigningSecretSchema>;
 export type TaskStatus = Task['status'];
@@ -211,6 +213,11 @@ export function createClient(options: ClientOptions) {
     list: async () => (await call<{ queues: QueueStats[] }>('GET', '/v1/queues')).body.queues,
   };
 
+  /** Flow control: a concurrency key's running count, limit and waiting tasks (ApiError 404 for an unknown key). */
+  const concurrency = {
+    get: async (key: string) => (await call<ConcurrencySlot>('GET', `/v1/concurrency/${seg(key)}`)).body,
+  };
+
   /** Needs the admin token as `key`. */
   const admin = {
     createKey: async (tenant: string) => (await call<ApiKey & { key: string }>('POST', '/v1/admin/keys', { body: { tenant } })).body,
@@ -233,7 +240,7 @@ export function createClient(options: ClientOptions) {
 
   const health = async () => (await call<{ ok: boolean }>('GET', '/healthz')).body;
 
-  return { tasks, schedules, queues, signingSecret, admin, health };
+  return { tasks, schedules, queues, concurrency, signingSecret, admin, health };
 }
 
 export type Client = ReturnType<typeof createClient>;

@@ -3,6 +3,7 @@
 import { createExecutionContext, createScheduledController, waitOnExecutionContext } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import worker from '../../functions/index.ts';
+import { createClient } from '../../src/client/index.ts';
 import { describe, expect, it } from 'vitest';
 
 const tenant = `worker-flow-${crypto.randomUUID().slice(0, 8)}`;
@@ -43,7 +44,13 @@ describe('concurrency limits through the Worker', () => {
     const overlap = (await (await fetch(`${env.RECEIVER_URL}/_overlap?path=${encodeURIComponent(path)}`)).json()) as { peak: number };
     expect(overlap.peak).toBeGreaterThanOrEqual(1);
     expect(overlap.peak).toBeLessThanOrEqual(2);
-    const slot = await api('GET', '/v1/concurrency/partner');
-    expect(slot.body).toEqual({ key: 'partner', running: 0, limit: 2, waiting: 0 });
+    const client = createClient({
+      baseUrl: 'https://scheduler.test',
+      key: String(env.ADMIN_TOKEN),
+      tenant,
+      fetch: (request) => exports.default.fetch(request),
+    });
+    expect(await client.concurrency.get('partner')).toEqual({ key: 'partner', running: 0, limit: 2, waiting: 0 });
+    await expect(client.concurrency.get('nope')).rejects.toMatchObject({ status: 404 });
   }, 60_000);
 });

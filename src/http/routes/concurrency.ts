@@ -6,7 +6,7 @@ import { CONCURRENCY_KEY_MAX_LENGTH } from '../../tasks/options.ts';
 import type { App } from '../app.ts';
 import { commonErrors, json, notFoundError } from './common.ts';
 
-const ConcurrencySlotSchema = z
+export const ConcurrencySlotSchema = z
   .object({
     key: z.string(),
     running: z.int().openapi({ description: 'Tasks of this key claimed (including claimed early) or started, not finished.' }),
