@@ -1,4 +1,4 @@
--- 0016: flow control (issue 16): per-key concurrency limits.
+-- 0016: flow control (issue 16): per-key concurrency limits, and priorities.
 --
 -- A task may carry `concurrency_key` and `concurrency_limit`: at most that
 -- many tasks of its tenant with that key are `running` (claimed, including
@@ -53,6 +53,17 @@ create table concurrency_slots (
 drop index tasks_runnable_idx;
 create index tasks_runnable_idx on tasks (queue, vtime, id) where status = 'queued' and not parked;
 create index tasks_parked_idx on tasks (tenant, concurrency_key, vtime, id) where status = 'queued' and parked;
+
+-- Priorities (-10..10) choose which of a tenant's tasks fills the claim
+-- slots its fair-queuing vtimes earned (the claim swaps the vtimes, so a
+-- tenant's share never changes). The claim reads each tenant's best runnable
+-- tasks (priority, then due time) from this index, stopping at its share of
+-- the batch.
+alter table tasks
+  add column priority smallint not null default 0,
+  add constraint tasks_priority_range check (priority between -10 and 10);
+create index tasks_runnable_priority_idx on tasks (queue, tenant, priority desc, run_at, id)
+  where status = 'queued' and not parked;
 
 create function tasks_free_concurrency_slots() returns trigger language plpgsql as $$
 declare

@@ -4,7 +4,7 @@ import { z } from '@hono/zod-openapi';
 import { isClaimedNotStarted, shownStatus, TASK_STATUSES, type Task } from '../tasks/model.ts';
 import type { TaskInput } from '../tasks/enqueue.ts';
 import { MAX_INTERVAL_SECONDS } from '../schedules/recurrence.ts';
-import { CONCURRENCY_KEY_MAX_LENGTH, CONCURRENCY_LIMIT_MAX, MAX_TIMEOUT_SECONDS } from '../tasks/options.ts';
+import { CONCURRENCY_KEY_MAX_LENGTH, CONCURRENCY_LIMIT_MAX, MAX_TIMEOUT_SECONDS, PRIORITY_MAX, PRIORITY_MIN } from '../tasks/options.ts';
 import { QUOTA_LIMITS } from '../tenants/quotas.ts';
 
 export const MAX_DELAY_SECONDS = 365 * 86_400;
@@ -59,6 +59,15 @@ const TaskOptionFields = {
     .openapi({ description: `Seconds per attempt (at most ${MAX_TIMEOUT_SECONDS}: an attempt must fit a Queue consumer's 15-minute wall clock).` }),
   delivery: z.enum(['at_least_once', 'at_most_once']).optional(),
   concurrency: ConcurrencySchema.optional(),
+  priority: z
+    .int()
+    .min(PRIORITY_MIN)
+    .max(PRIORITY_MAX)
+    .optional()
+    .openapi({
+      description:
+        "Default 0. Within the tenant's fair share, higher priority is claimed first, then by due time; never more than the share. A steady stream of high-priority work can starve the tenant's own low-priority work.",
+    }),
 };
 
 /** Unparsable instants are the datetime check's to report; this one bounds parsable ones. */
@@ -102,6 +111,7 @@ export function toTaskInput(body: TaskCreate): TaskInput {
     timeout: body.timeout,
     delivery: body.delivery,
     concurrency: body.concurrency,
+    priority: body.priority,
   };
 }
 
@@ -144,6 +154,7 @@ export const TaskSchema = z
     scheduledFor: z.string().nullable(),
     replayOf: z.string().nullable().openapi({ description: 'The terminal task this one replays.' }),
     concurrency: z.object({ key: z.string(), limit: z.int() }).nullable(),
+    priority: z.int(),
     deduplicated: z.boolean().optional().openapi({ description: 'The idempotency key was already spent.' }),
   })
   .openapi('Task');
@@ -177,6 +188,7 @@ export function taskJson(t: Task): TaskJson {
     scheduledFor: iso(t.scheduledFor),
     replayOf: t.replayOf,
     concurrency: t.concurrency,
+    priority: t.priority,
   };
 }
 
@@ -400,6 +412,7 @@ export const ScheduleSchema = z
     timeout: z.number(),
     delivery: z.enum(['at_least_once', 'at_most_once']),
     concurrency: z.object({ key: z.string(), limit: z.int() }).nullable(),
+    priority: z.int(),
     misfire: z.enum(['run_once', 'catch_up', 'skip']),
     misfireGrace: z.int(),
     catchUpLimit: z.int(),

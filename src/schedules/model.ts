@@ -14,6 +14,7 @@ export interface OccurrenceOptions {
   delivery: Delivery;
   /** Flow control of the occurrences (issue 16); absent on schedules written before it. */
   concurrency?: { key: string; limit: number } | null;
+  priority?: number;
 }
 
 export interface Schedule {

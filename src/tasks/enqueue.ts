@@ -49,6 +49,7 @@ function toNewTask(input: TaskInput, options: TaskOptions, payload: unknown): Ne
     idempotencyKey: input.idempotencyKey ?? null,
     concurrencyKey: input.concurrency?.key ?? null,
     concurrencyLimit: input.concurrency?.limit ?? null,
+    priority: input.priority ?? 0,
   };
 }
 

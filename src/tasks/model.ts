@@ -34,13 +34,14 @@ export interface Task {
   replayOf: string | null;
   /** Flow control (issue 16): the concurrency key and limit, or null. */
   concurrency: { key: string; limit: number } | null;
+  priority: number;
 }
 
 /** The columns every task-returning statement selects, in `taskFromRow`'s shape. */
 export const TASK_COLUMNS = `id, tenant, queue, task, payload, status, run_at, created_at, updated_at,
   dispatched_at, started_at, finished_at, attempts, max_attempts, last_error, backoff_base_ms,
   backoff_max_ms, timeout_ms, delivery, lease_epoch, idempotency_key, schedule_id, scheduled_for, replay_of,
-  concurrency_key, concurrency_limit`;
+  concurrency_key, concurrency_limit, priority`;
 
 export interface TaskRow {
   id: string;
@@ -69,6 +70,7 @@ export interface TaskRow {
   replay_of: string | null;
   concurrency_key?: string | null;
   concurrency_limit?: number | null;
+  priority?: number | null;
 }
 
 export function taskFromRow(r: TaskRow): Task {
@@ -101,6 +103,7 @@ export function taskFromRow(r: TaskRow): Task {
       r.concurrency_key === null || r.concurrency_key === undefined
         ? null
         : { key: r.concurrency_key, limit: Number(r.concurrency_limit) },
+    priority: Number(r.priority ?? 0),
   };
 }
 

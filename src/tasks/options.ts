@@ -23,6 +23,9 @@ export const MAX_TIMEOUT_SECONDS = CONSUMER_WALL_CLOCK_SECONDS - MAX_EARLY_WAIT_
  */
 export const CONCURRENCY_KEY_MAX_LENGTH = 256;
 export const CONCURRENCY_LIMIT_MAX = 1000;
+/** Priorities choose which of a tenant's tasks fill its fair share first. */
+export const PRIORITY_MIN = -10;
+export const PRIORITY_MAX = 10;
 export interface ConcurrencyInput {
   key: string;
   limit: number;
@@ -36,6 +39,8 @@ export interface TaskOptionsInput {
   timeout?: number;
   delivery?: Delivery;
   concurrency?: ConcurrencyInput;
+  /** PRIORITY_MIN..PRIORITY_MAX, default 0. */
+  priority?: number;
 }
 
 export interface TaskOptions {

@@ -56,6 +56,8 @@ export interface NewTask {
   /** Flow control (issue 16): at most `concurrencyLimit` running tasks of this tenant with this key. */
   concurrencyKey: string | null;
   concurrencyLimit: number | null;
+  /** -10..10: which of the tenant's tasks fills its fair share first. */
+  priority: number;
 }
 
 export interface WrittenTask extends Task {
@@ -119,10 +121,10 @@ const tasksInsertBatch = sql(
    input as (
      select i.*, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
      from unnest($4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::bigint[], $9::int[], $10::int[],
-                 $11::int[], $12::int[], $13::text[], $14::text[], $16::text[], $17::int[])
+                 $11::int[], $12::int[], $13::text[], $14::text[], $16::text[], $17::int[], $18::int[])
           with ordinality as i(queue, task, payload, run_at, delay_ms, max_attempts, backoff_base_ms,
                                backoff_max_ms, timeout_ms, delivery, idempotency_key, concurrency_key,
-                               concurrency_limit, ord),
+                               concurrency_limit, priority, ord),
           clock, pending_quota,
           lateral (select coalesce(i.run_at, clock.now + coalesce(i.delay_ms, 0) * interval '1 millisecond') as due_at) d
      where pending_quota.ok and not exists (select 1 from spent_idempotency_keys s
@@ -163,10 +165,10 @@ const tasksInsertBatch = sql(
    )
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                            backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at,
-                           concurrency_key, concurrency_limit)
+                           concurrency_key, concurrency_limit, priority)
    select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
           r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
-          r.idempotency_key, r.vtime, clock.now, clock.now, r.concurrency_key, r.concurrency_limit
+          r.idempotency_key, r.vtime, clock.now, clock.now, r.concurrency_key, r.concurrency_limit, r.priority
    from rows r, clock
    order by r.ord
    on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
@@ -181,6 +183,7 @@ const tasksInsertBatch = sql(
      -- early claim undone frees its old key's slot through the trigger).
      concurrency_key   = case when ${NOT_STARTED} then excluded.concurrency_key else t.concurrency_key end,
      concurrency_limit = case when ${NOT_STARTED} then excluded.concurrency_limit else t.concurrency_limit end,
+     priority   = case when ${NOT_STARTED} then excluded.priority else t.priority end,
      parked     = case when ${NOT_STARTED} then false else t.parked end,
      -- reschedule_if_claimed_not_started: undo the early claim.
      lease_epoch      = case when ${CLAIMED_NOT_STARTED} then t.lease_epoch + 1 else t.lease_epoch end,
@@ -218,6 +221,7 @@ export async function insertTasks(
     p.maxPendingTasks,
     col('concurrencyKey'),
     col('concurrencyLimit'),
+    col('priority'),
   ]);
   // Back to input order: keyed rows by key; unkeyed ones were inserted in
   // input order, so their ids ascend in that order.
@@ -329,31 +333,73 @@ export interface ClaimedTask {
  * their run_at, and advances the queue's virtual clock, all in one statement.
  * A paused queue yields nothing.
  *
- * Concurrency keys (issue 16, `slots`): the picked tasks' keys take their
- * slots in one upsert per key, in (tenant, key) order. ON CONFLICT DO UPDATE
- * locks the slot row and reads its latest committed count, so overlapping
- * claims serialize per key and never grant more than `max_running`. Within a
- * key the lowest vtimes get the granted slots; the rest are `parked` (out of
- * the runnable index: later claims never re-read them, and the batch's
- * other keys and tenants are claimed in the same statement). A freed slot
- * wakes a parked task (migration 0016's trigger).
+ * Priorities (issue 16, `best`): the lowest vtimes are the slots each tenant
+ * earned in this batch (`slots`); each tenant fills its k slots with its k
+ * best runnable tasks by priority, then due time (tasks_runnable_priority_idx,
+ * read only up to k per tenant). A chosen task takes a slot's vtime and a
+ * displaced one takes the chosen task's old vtime, so the tenant's vtimes,
+ * and with them its weighted share, are exactly what they were. With no
+ * priorities and tasks made runnable in due order, the best tasks are the
+ * slots themselves and nothing moves.
+ *
+ * Concurrency keys (issue 16, `slot_counts`): the chosen tasks' keys take
+ * their slots in one upsert per key, in (tenant, key) order. ON CONFLICT DO
+ * UPDATE locks the slot row and reads its latest committed count, so
+ * overlapping claims serialize per key and never grant more than
+ * `max_running`. Within a key the lowest vtimes get the granted slots; the
+ * rest are `parked` (out of the runnable index: later claims never re-read
+ * them, and the batch's other keys and tenants are claimed in the same
+ * statement). A freed slot wakes a parked task (migration 0016's trigger).
  */
 const tasksClaimRunnable = sql(
   'tasks_claim_runnable',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
-   picked as (
-     select t.id, t.tenant, t.concurrency_key, t.concurrency_limit, t.vtime from tasks t
+   slots as (
+     select t.id, t.tenant, t.vtime from tasks t
      where t.status = 'queued' and not t.parked and t.queue = $2::text
        and not exists (select 1 from queues q where q.name = $2::text and q.paused)
      order by t.vtime, t.id
      limit $3::int
      for update of t skip locked
    ),
+   shares as (select tenant, count(*)::int as k from slots group by tenant),
+   best_locked as (
+     select b.* from shares s cross join lateral (
+       select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit from tasks t
+       where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
+       order by t.priority desc, t.run_at, t.id
+       limit s.k
+       for update of t skip locked) b
+   ),
+   best as (
+     select b.*, row_number() over (partition by b.tenant order by b.priority desc, b.run_at, b.id) as rank
+     from best_locked b
+   ),
+   slot_vtimes as (
+     select s.tenant, s.vtime, row_number() over (partition by s.tenant order by s.vtime, s.id) as rank from slots s
+   ),
+   picked as (
+     select b.id, b.tenant, b.concurrency_key, b.concurrency_limit, coalesce(v.vtime, b.vtime) as vtime
+     from best b left join slot_vtimes v on v.tenant = b.tenant and v.rank = b.rank
+   ),
+   displaced as (
+     select d.id, f.vtime from (
+       select s.id, s.tenant, row_number() over (partition by s.tenant order by s.vtime, s.id) as r
+       from slots s where s.id not in (select id from best)) d
+     join (
+       select b.tenant, b.vtime, row_number() over (partition by b.tenant order by b.vtime, b.id) as r
+       from best b where b.id not in (select id from slots)) f on f.tenant = d.tenant and f.r = d.r
+   ),
+   reordered as (
+     update tasks t set vtime = d.vtime, updated_at = clock.now
+     from displaced d, clock
+     where t.id = d.id
+   ),
    wanted as (
      select tenant, concurrency_key as key, count(*)::int as n, max(concurrency_limit) as max_running
      from picked where concurrency_key is not null group by tenant, concurrency_key
    ),
-   slots as (
+   slot_counts as (
      insert into concurrency_slots as s (tenant, key, max_running, running, granted)
      select w.tenant, w.key, w.max_running, least(w.n, w.max_running), least(w.n, w.max_running)
      from wanted w order by w.tenant, w.key
@@ -366,19 +412,20 @@ const tasksClaimRunnable = sql(
      returning s.tenant, s.key, s.granted
    ),
    decided as (
-     select p.id, p.concurrency_key is null
+     select p.id, p.vtime, p.concurrency_key is null
                   or row_number() over (partition by p.tenant, p.concurrency_key order by p.vtime, p.id)
                      <= coalesce(g.granted, 0) as takes_slot
-     from picked p left join slots g on g.tenant = p.tenant and g.key = p.concurrency_key
+     from picked p left join slot_counts g on g.tenant = p.tenant and g.key = p.concurrency_key
    ),
    parked as (
-     update tasks t set parked = true, updated_at = clock.now
+     update tasks t set parked = true, vtime = d.vtime, updated_at = clock.now
      from decided d, clock
      where t.id = d.id and not d.takes_slot
    ),
    claimed as (
      update tasks t set
        status = 'running',
+       vtime = d.vtime,
        attempts = t.attempts + 1,
        lease_epoch = t.lease_epoch + 1,
        claimed_by = $4::text,

@@ -41,6 +41,7 @@ export function scheduleJson(s: Schedule) {
     timeout: s.options.timeoutMs / 1000,
     delivery: s.options.delivery,
     concurrency: s.options.concurrency ?? null,
+    priority: s.options.priority ?? 0,
     misfire: s.misfire,
     misfireGrace: s.misfireGraceSeconds,
     catchUpLimit: s.catchUpLimit,
