@@ -114,7 +114,10 @@ export async function projectDrain(ctx: Ctx, finishedRows: number): Promise<Drai
   await seedFinishedTasks(url, finishedRows);
   const setup = await openProjectDb(url, ctx.proxy);
   try {
-    await enqueueAll(setup, noopInputs(s.tasks), s.batchSize);
+    const inputs = noopInputs(s.tasks).map((t) =>
+      s.drainConcurrencyLimit > 0 ? { ...t, concurrency: { key: 'bench', limit: s.drainConcurrencyLimit } } : t,
+    );
+    await enqueueAll(setup, inputs, s.batchSize);
   } finally {
     await setup.close();
   }

@@ -12,9 +12,9 @@
 --
 -- Every way out of `running` (the fenced finish, the reaper, a release, the
 -- fenced start refusing a paused queue's task, a reschedule or cancel of a
--- task claimed early, and whatever statement comes later) frees the slot in
--- the same statement through the statement-level trigger below, so no path
--- can forget it. It is statement-level, with transition tables, so one
+-- task claimed early, a schedule withdrawing an occurrence claimed early, and
+-- whatever statement comes later) frees the slot in the same statement
+-- through the statement-level triggers below, so no path can forget it. It is statement-level, with transition tables, so one
 -- statement takes each slot row's lock once and in (tenant, key) order: two
 -- finishing batches holding slots of two keys in opposite orders would
 -- otherwise deadlock. Unkeyed batches cost it one scan of the transition
@@ -65,6 +65,20 @@ alter table tasks
 create index tasks_runnable_priority_idx on tasks (queue, tenant, priority desc, run_at, id)
   where status = 'queued' and not parked;
 
+-- Frees n slots of one key and wakes up to n of its parked tasks, lowest
+-- vtime first (so a woken task keeps its place).
+create function concurrency_slots_free(p_tenant text, p_key text, n integer) returns void language plpgsql as $$
+begin
+  update concurrency_slots set running = greatest(0, running - n), updated_at = now()
+  where tenant = p_tenant and key = p_key;
+  update tasks t set parked = false
+  where t.id in (select p.id from tasks p
+                 where p.status = 'queued' and p.parked and p.tenant = p_tenant and p.concurrency_key = p_key
+                 order by p.vtime, p.id
+                 limit n
+                 for update skip locked);
+end $$;
+
 create function tasks_free_concurrency_slots() returns trigger language plpgsql as $$
 declare
   f record;
@@ -76,15 +90,7 @@ begin
     group by o.tenant, o.concurrency_key
     order by o.tenant, o.concurrency_key
   loop
-    update concurrency_slots set running = greatest(0, running - f.n), updated_at = now()
-    where tenant = f.tenant and key = f.key;
-    -- Wake one parked task per freed slot, lowest vtime first.
-    update tasks t set parked = false
-    where t.id in (select p.id from tasks p
-                   where p.status = 'queued' and p.parked and p.tenant = f.tenant and p.concurrency_key = f.key
-                   order by p.vtime, p.id
-                   limit f.n
-                   for update skip locked);
+    perform concurrency_slots_free(f.tenant, f.key, f.n);
   end loop;
   return null;
 end $$;
@@ -92,3 +98,25 @@ end $$;
 create trigger tasks_free_concurrency_slots after update on tasks
   referencing old table as old_rows new table as new_rows
   for each statement execute function tasks_free_concurrency_slots();
+
+-- A claimed task deleted (a schedule replaced or paused withdraws its
+-- occurrences claimed early) gives its slot back too.
+create function tasks_free_concurrency_slots_of_deleted() returns trigger language plpgsql as $$
+declare
+  f record;
+begin
+  for f in
+    select o.tenant, o.concurrency_key as key, count(*)::int as n
+    from old_rows o
+    where o.status = 'running' and o.concurrency_key is not null
+    group by o.tenant, o.concurrency_key
+    order by o.tenant, o.concurrency_key
+  loop
+    perform concurrency_slots_free(f.tenant, f.key, f.n);
+  end loop;
+  return null;
+end $$;
+
+create trigger tasks_free_concurrency_slots_of_deleted after delete on tasks
+  referencing old table as old_rows
+  for each statement execute function tasks_free_concurrency_slots_of_deleted();

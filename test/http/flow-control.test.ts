@@ -96,3 +96,19 @@ describe('concurrency on schedules and replays', () => {
     expect(replay.body.concurrency).toEqual(concurrency);
   });
 });
+
+describe('concurrency slots of withdrawn occurrences', () => {
+  it('replacing a schedule whose occurrence was claimed early gives the slot back', async () => {
+    const T = new Date('2026-12-01T12:00:00Z');
+    api.setNow(T);
+    const body = { interval: 60, task: 'noop', concurrency: { key: 'sched', limit: 1 } };
+    expect((await api.admin('PUT', '/v1/schedules/s', { tenant: 'acme', body })).status).toBe(201);
+    const h = createHarness(t.db);
+    await h.sweep({ now: new Date(T.getTime() + 30_000) });
+    const slot = async () => (await api.admin('GET', '/v1/concurrency/sched', { tenant: 'acme' })).body.running;
+    expect(await slot()).toBe(1);
+    api.setNow(new Date(T.getTime() + 31_000));
+    expect((await api.admin('PUT', '/v1/schedules/s', { tenant: 'acme', body: { ...body, interval: 120 } })).status).toBe(200);
+    expect(await slot()).toBe(0);
+  });
+});
