@@ -215,9 +215,10 @@ interface Finisher {
 
 /**
  * Groups results that settle close together into one fenced finish statement.
- * A group is written once no result has joined it for FINISH_COALESCE_MS, or
- * at once when every attempt of the batch has settled; groups never wait for
- * each other, so one slow statement delays only its own group.
+ * A group is written FINISH_COALESCE_MS after its first result arrived, or at
+ * once when every attempt of the batch has settled (a batch of quick handlers
+ * still takes one statement); groups never wait for each other, so a slow
+ * handler or a slow statement delays only its own group.
  */
 function createFinisher(deps: ConsumeDeps, now: Date | undefined, faults: Faults, attempts: number): Finisher {
   const { db, log } = deps;
