@@ -48,8 +48,15 @@ const ConfigSchema = z.object({
   DEFAULT_BACKOFF_MAX_SECONDS: z.coerce.number().min(0.001).max(7 * 86_400).default(3600),
   /** Largest task payload, in bytes of JSON. */
   MAX_PAYLOAD_BYTES: int(1, 1024 * 1024).default(256 * 1024),
-  /** Lets the built-in http task reach private, loopback and link-local addresses. */
+  /** Lets the built-in http task reach private, loopback and link-local addresses, on any port. */
   ALLOW_PRIVATE_TARGETS: bool.default(false),
+  /** Ports the built-in http task may reach besides 80 and 443: comma-separated, e.g. "8443,8080". */
+  ALLOWED_TARGET_PORTS: z
+    .string()
+    .regex(/^\s*(\d{1,5}\s*(,\s*\d{1,5}\s*)*)?$/, 'comma-separated port numbers')
+    .transform((s) => s.split(',').map((p) => p.trim()).filter((p) => p !== '').map(Number))
+    .refine((ports) => ports.every((p) => p >= 1 && p <= 65_535), 'ports are 1 to 65535')
+    .default([]),
 });
 
 export interface Config {
@@ -72,6 +79,7 @@ export interface Config {
   defaultBackoffMaxMs: number;
   maxPayloadBytes: number;
   allowPrivateTargets: boolean;
+  allowedTargetPorts: number[];
 }
 
 /** Reads the tunables from string vars; empty strings count as unset. */
@@ -107,6 +115,7 @@ export function readConfig(vars: Record<string, unknown>): Config {
     defaultBackoffMaxMs: Math.round(v.DEFAULT_BACKOFF_MAX_SECONDS * 1000),
     maxPayloadBytes: v.MAX_PAYLOAD_BYTES,
     allowPrivateTargets: v.ALLOW_PRIVATE_TARGETS,
+    allowedTargetPorts: v.ALLOWED_TARGET_PORTS,
   };
 }
 
