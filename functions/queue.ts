@@ -1,21 +1,33 @@
-// queue: the consumer. Each message is acknowledged only once its result is
-// stored (or it is known to be stale); otherwise the Queue redelivers it.
+// queue: the consumer of the task Queue and of its dead-letter queue. Each
+// task message is acknowledged only once its result is stored (or it is known
+// to be stale); otherwise the Queue redelivers it. A dead-lettered message is
+// logged and its task settled (src/consume/dead-letters.ts).
 import { consumeBatch } from '../src/consume/consume.ts';
+import { settleDeadLetters } from '../src/consume/dead-letters.ts';
 import type { TaskMessage } from '../src/sweep/sweep.ts';
 import { openDb, sharedFor } from './deps.ts';
 import type { Env } from './env.ts';
 
 /** A batch the database could not take is redelivered after this delay. */
 const RETRY_DELAY_SECONDS = 10;
+/** wrangler.toml's dead_letter_queue; DEAD_LETTER_QUEUE overrides it for a renamed queue. */
+const DEFAULT_DEAD_LETTER_QUEUE = 'edge-scheduler-tasks-dlq';
 
 export async function handleQueue(batch: MessageBatch<TaskMessage>, env: Env, _ctx: ExecutionContext): Promise<void> {
   const { config, registry, log, signingSecrets } = sharedFor(env);
   const db = openDb(env);
   try {
-    const { verdicts } = await consumeBatch(
-      { db, config, registry, signingSecrets, log: log.child({ queue: batch.queue }) },
-      batch.messages.map((m) => m.body),
-    );
+    const deadLetters = batch.queue === ((env.DEAD_LETTER_QUEUE as string | undefined) || DEFAULT_DEAD_LETTER_QUEUE);
+    const { verdicts } = deadLetters
+      ? await settleDeadLetters(
+          { db, log: log.child({ queue: batch.queue }) },
+          batch.messages.map((m) => m.body),
+          { deliveries: batch.messages.map((m) => m.attempts) },
+        )
+      : await consumeBatch(
+          { db, config, registry, signingSecrets, log: log.child({ queue: batch.queue }) },
+          batch.messages.map((m) => m.body),
+        );
     batch.messages.forEach((m, i) => {
       if (verdicts[i] === 'ack') m.ack();
       else m.retry({ delaySeconds: RETRY_DELAY_SECONDS });
