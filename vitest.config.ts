@@ -8,7 +8,8 @@
 import { cloudflareTest } from '@cloudflare/vitest-plugin';
 import { defineConfig } from 'vitest/config';
 
-export const TEST_ADMIN_TOKEN = 'test-admin-token';
+/** At least 32 characters: a shorter ADMIN_TOKEN counts as unset. */
+export const TEST_ADMIN_TOKEN = 'test-admin-token-of-at-least-32-characters';
 export const TEST_SIGNING_SECRET = `whsec_${Buffer.from('test-signing-secret-32-bytes-long').toString('base64')}`;
 
 export default defineConfig({

@@ -62,6 +62,9 @@ async function main(): Promise<void> {
   const secrets = await localSecrets();
   const adminToken = process.env.ADMIN_TOKEN || secrets.adminToken;
   const signingSecret = process.env.SIGNING_SECRET || secrets.signingSecret;
+  // The generated token is 36 characters; the Worker ignores one under 32 (admin access disabled).
+  if (adminToken.length < 32) say('warning: ADMIN_TOKEN is shorter than 32 characters: the Worker disables admin access');
+  if (signingSecret.length < 32) say('warning: SIGNING_SECRET is shorter than 32 characters: the Worker refuses to start');
 
   let pg: RunningPostgres | undefined;
   let proxy: WsProxy | undefined;

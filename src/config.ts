@@ -49,7 +49,7 @@ const ConfigSchema = z.object({
   DEFAULT_BACKOFF_MAX_SECONDS: z.coerce.number().min(0.001).max(7 * 86_400).default(3600),
   /** Largest task payload, in bytes of JSON. */
   MAX_PAYLOAD_BYTES: int(1, 1024 * 1024).default(256 * 1024),
-  /** Lets the built-in http task reach private, loopback and link-local addresses. */
+  /** Lets the built-in http task reach private, loopback and link-local addresses, on any port. */
   ALLOW_PRIVATE_TARGETS: bool.default(false),
   /** Default quota: most pending (scheduled + queued + running) tasks one tenant may hold. */
   QUOTA_MAX_PENDING_TASKS: int(0, 100_000_000).default(1_000_000),
@@ -57,6 +57,13 @@ const ConfigSchema = z.object({
   QUOTA_MAX_SCHEDULES: int(0, 1_000_000).default(10_000),
   /** Default quota: the shortest period a tenant's schedule may fire at (1: every second is allowed). */
   QUOTA_MIN_SCHEDULE_INTERVAL_SECONDS: int(1, 31_622_400).default(1),
+  /** Ports the built-in http task may reach besides 80 and 443: comma-separated, e.g. "8443,8080". */
+  ALLOWED_TARGET_PORTS: z
+    .string()
+    .regex(/^\s*(\d{1,5}\s*(,\s*\d{1,5}\s*)*)?$/, 'comma-separated port numbers')
+    .transform((s) => s.split(',').map((p) => p.trim()).filter((p) => p !== '').map(Number))
+    .refine((ports) => ports.every((p) => p >= 1 && p <= 65_535), 'ports are 1 to 65535')
+    .default([]),
 });
 
 export interface Config {
@@ -82,6 +89,7 @@ export interface Config {
   quotaMaxPendingTasks: number;
   quotaMaxSchedules: number;
   quotaMinScheduleIntervalSeconds: number;
+  allowedTargetPorts: number[];
 }
 
 /** Reads the tunables from string vars; empty strings count as unset. */
@@ -120,6 +128,7 @@ export function readConfig(vars: Record<string, unknown>): Config {
     quotaMaxPendingTasks: v.QUOTA_MAX_PENDING_TASKS,
     quotaMaxSchedules: v.QUOTA_MAX_SCHEDULES,
     quotaMinScheduleIntervalSeconds: v.QUOTA_MIN_SCHEDULE_INTERVAL_SECONDS,
+    allowedTargetPorts: v.ALLOWED_TARGET_PORTS,
   };
 }
 

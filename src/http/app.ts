@@ -7,7 +7,7 @@ import { AppError } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import type { Logger } from '../log.ts';
 import type { SigningSecretStore } from '../tenants/signing-secrets.ts';
-import { requireAdmin, requireTenant } from './auth.ts';
+import { requireAdmin, requireTenant, usableAdminToken } from './auth.ts';
 import type { AppEnv } from './context.ts';
 import { onError } from './errors.ts';
 import { refuseHostileJson } from './hostile-json.ts';
@@ -23,7 +23,7 @@ import { registerTriggerRoutes } from './routes/trigger.ts';
 export interface AppDeps {
   config: Config;
   registry: Registry;
-  /** The admin token secret; empty disables admin access. */
+  /** The admin token secret; empty, or shorter than 32 characters, disables admin access. */
   adminToken: string;
   log: Logger;
   /** The tenants' webhook signing secrets (GET /v1/signing-secret). */
@@ -68,10 +68,11 @@ export function createApp(deps: AppDeps): App {
   const batchLimit = limited(MAX_BATCH_BODY_BYTES);
   const bodyLimitDefault = limited(MAX_BODY_BYTES);
   app.use('/v1/*', (c, next) => (c.req.path === '/v1/tasks/batch' ? batchLimit(c, next) : bodyLimitDefault(c, next)));
-  const tenant = requireTenant(deps.adminToken);
+  const adminToken = usableAdminToken(deps.adminToken, deps.log);
+  const tenant = requireTenant(adminToken);
   const tenantPaths = ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues', '/v1/signing-secret', '/v1/signing-secret/*'];
   for (const path of tenantPaths) app.use(path, tenant);
-  app.use('/v1/admin/*', requireAdmin(deps.adminToken));
+  app.use('/v1/admin/*', requireAdmin(adminToken));
   // After authentication (a 401 first), before validation and every statement.
   app.use('/v1/*', refuseHostileJson());
   registerTaskRoutes(app, deps);

@@ -8,10 +8,31 @@
 import type { MiddlewareHandler } from 'hono';
 import { timingSafeEqual } from '../crypto.ts';
 import { AppError } from '../errors.ts';
+import type { Logger } from '../log.ts';
 import { tenantForKey } from '../tenants/keys.ts';
 import type { AppEnv } from './context.ts';
 
 export const TENANT_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
+
+/** An admin token shorter than this counts as unset: a guessable token must not open every tenant. */
+export const MIN_ADMIN_TOKEN_LENGTH = 32;
+
+/**
+ * The admin token to accept: the configured one, or '' (admin access
+ * disabled) when it is shorter than MIN_ADMIN_TOKEN_LENGTH, with a warning.
+ * Called once per app, so once per isolate.
+ */
+export function usableAdminToken(configured: string, log: Logger): string {
+  if (configured.length === 0) return '';
+  if (configured.length < MIN_ADMIN_TOKEN_LENGTH) {
+    log.warn('ADMIN_TOKEN is shorter than 32 characters and counts as unset: admin access is disabled', {
+      length: configured.length,
+      minimum: MIN_ADMIN_TOKEN_LENGTH,
+    });
+    return '';
+  }
+  return configured;
+}
 
 export function bearerToken(header: string | undefined): string | null {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '');

@@ -330,6 +330,20 @@ describe('failed deliveries', () => {
 describe('payload checks', () => {
   const guarded = () => createHttpTask({ allowPrivateTargets: false });
 
+  it('refuses caller-set client-address and proxy headers, naming each', () => {
+    const handler = guarded();
+    const forged = ['Forwarded', 'X-Forwarded-For', 'x-forwarded-host', 'X-Real-IP', 'True-Client-IP', 'CF-Connecting-IP', 'cf-ipcountry'];
+    const parsed = handler.payload.safeParse({ url: 'https://example.com/', headers: Object.fromEntries(forged.map((h) => [h, '1.2.3.4'])) });
+    expect(parsed.success).toBe(false);
+    expect(parsed.error!.issues.map((i) => i.path.join('.'))).toEqual(forged.map((h) => `headers.${h}`));
+    expect(handler.payload.safeParse({ url: 'https://example.com/', headers: { 'X-Forwarding-Note': 'ok', 'X-Request-Id': 'a' } }).success).toBe(true);
+  });
+
+  it('refuses a port other than 80, 443 and the configured ones at enqueue time', () => {
+    expect(guarded().payload.safeParse({ url: 'https://example.com:8443/' }).success).toBe(false);
+    expect(createHttpTask({ allowPrivateTargets: false, allowedPorts: [8443] }).payload.safeParse({ url: 'https://example.com:8443/' }).success).toBe(true);
+  });
+
   it('refuses a hostile URL at enqueue time, naming payload.url', () => {
     const handler = guarded();
     for (const url of ['http://169.254.169.254/latest/meta-data/', 'http://0x7f.1/', 'http://[::ffff:127.0.0.1]/', 'file:///etc/passwd']) {

@@ -9,7 +9,8 @@ import { silentLogger } from '../../src/log.ts';
 import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
 import { createOutbox, TEST_SIGNING_SECRET } from './harness.ts';
 
-export const ADMIN_TOKEN = 'node-test-admin-token';
+/** At least 32 characters: a shorter ADMIN_TOKEN counts as unset. */
+export const ADMIN_TOKEN = 'node-test-admin-token-of-at-least-32-characters';
 
 export interface Reply {
   status: number;

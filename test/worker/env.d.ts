@@ -5,6 +5,7 @@ declare namespace Cloudflare {
   }
   interface Env extends Omit<import('../../functions/env.ts').Env, never> {
     DATABASE_URL: string;
+    ADMIN_TOKEN: string;
     DATABASE_WS_PROXY: string;
     SIGNING_SECRET: string;
     RECEIVER_URL: string;

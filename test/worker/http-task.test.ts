@@ -8,7 +8,7 @@ import worker from '../../functions/index.ts';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 
-const headers = { authorization: 'Bearer test-admin-token', 'content-type': 'application/json', 'x-tenant': 'worker-http' };
+const headers = { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json', 'x-tenant': 'worker-http' };
 
 async function enqueue(body: unknown, tenant = 'worker-http') {
   const res = await exports.default.fetch('https://scheduler.test/v1/tasks', {

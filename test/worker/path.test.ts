@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import worker, { type Env } from '../../functions/index.ts';
 import { createNeonDb } from '../../src/db/neon.ts';
 
-const ADMIN = { authorization: 'Bearer test-admin-token' };
+const ADMIN = { authorization: `Bearer ${env.ADMIN_TOKEN}` };
 const base = 'https://scheduler.test';
 
 async function api(path: string, init: RequestInit = {}) {
