@@ -21,7 +21,7 @@ export function sharedFor(env: Env): Shared {
   if (!s) {
     const config = readConfig(env);
     const registry = createRegistry(taskTypes({ config, signingSecret: env.SIGNING_SECRET || undefined }));
-    s = { config, registry, log: createLogger() };
+    s = { config, registry, log: createLogger({ level: config.logLevel }) };
     shared.set(env, s);
   }
   return s;
