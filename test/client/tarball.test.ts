@@ -185,12 +185,12 @@ const expected = (runtime: string) => ({
 });
 
 describe('the client tarball, installed offline into a project outside the repository', () => {
-  it('installs nothing but itself: no dependencies, only dist/ and package.json', async () => {
+  it('installs nothing but itself: no dependencies, only dist/, package.json and the README', async () => {
     const project = join(scratch, 'app');
     expect(await readdir(join(project, 'node_modules'))).toEqual(['.package-lock.json', 'edge-scheduler-client']);
     const pkg = JSON.parse(await readFile(join(project, 'node_modules/edge-scheduler-client/package.json'), 'utf8'));
     expect(pkg.dependencies ?? {}).toEqual({});
-    expect((await readdir(join(project, 'node_modules/edge-scheduler-client'))).sort()).toEqual(['dist', 'package.json']);
+    expect((await readdir(join(project, 'node_modules/edge-scheduler-client'))).sort()).toEqual(['README.md', 'dist', 'package.json']);
   });
 
   it('from Node: enqueue, get and cancel a task against the running service; verify a webhook', async () => {
