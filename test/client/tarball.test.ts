@@ -7,7 +7,7 @@
 // entry point.
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -119,7 +119,7 @@ beforeAll(async () => {
   const tarball = join(scratch, packed.stdout.trim().split('\n').pop()!);
 
   const project = join(scratch, 'app');
-  await run('mkdir', ['-p', join(scratch, 'service'), join(scratch, 'worker'), project]);
+  for (const dir of ['service', 'worker', 'app']) await mkdir(join(scratch, dir));
   await writeFile(join(project, 'package.json'), JSON.stringify({ name: 'scratch-app', private: true, type: 'module' }));
   // Offline: a tarball that needed anything from a registry would fail here.
   await run('npm', ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', tarball], { cwd: project });
