@@ -38,6 +38,8 @@ export default defineConfig({
                 SIGNING_SECRET: TEST_SIGNING_SECRET,
                 RECEIVER_URL: inject<string>('receiverUrl'),
                 ALLOW_PRIVATE_TARGETS: 'true',
+                // Quiet tests: the sweep's info lines are for production logs.
+                LOG_LEVEL: 'warn',
               },
             },
           })),

@@ -24,7 +24,12 @@ export function sharedFor(env: Env): Shared {
   if (!s) {
     const config = readConfig(env);
     const registry = createRegistry(taskTypes({ config }));
-    s = { config, registry, log: createLogger(), signingSecrets: createSigningSecretStore(env.SIGNING_SECRET || undefined) };
+    s = {
+      config,
+      registry,
+      log: createLogger({ level: config.logLevel }),
+      signingSecrets: createSigningSecretStore(env.SIGNING_SECRET || undefined),
+    };
     shared.set(env, s);
   }
   return s;

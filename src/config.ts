@@ -2,6 +2,7 @@
 // strings). Each has a default that suits a one-minute cron; the README lists
 // them. An invalid value fails loudly, naming the variable.
 import { z } from 'zod';
+import { LOG_LEVELS, type LogLevel } from './log.ts';
 import { MAX_TIMEOUT_SECONDS } from './tasks/options.ts';
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
@@ -10,6 +11,8 @@ const bool = z
   .transform((v) => ['true', '1', 'yes', 'on'].includes(v));
 
 const ConfigSchema = z.object({
+  /** Least severe log level written: `info` in production, `warn` in the tests. */
+  LOG_LEVEL: z.enum(LOG_LEVELS).default('info'),
   /**
    * Most tasks one claim statement takes; they are sent in sendBatch calls of
    * at most 100 (the Queues limit) and marked dispatched in one statement.
@@ -67,6 +70,7 @@ const ConfigSchema = z.object({
 });
 
 export interface Config {
+  logLevel: LogLevel;
   sweepBatchSize: number;
   promoteBatchSize: number;
   scheduleBatchSize: number;
@@ -106,6 +110,7 @@ export function readConfig(vars: Record<string, unknown>): Config {
   }
   const v = parsed.data;
   return {
+    logLevel: v.LOG_LEVEL,
     sweepBatchSize: v.SWEEP_BATCH_SIZE,
     promoteBatchSize: v.PROMOTE_BATCH_SIZE,
     scheduleBatchSize: v.SCHEDULE_BATCH_SIZE,

@@ -10,7 +10,7 @@
 // this URL, not wherever a Location points, so a 3xx is a failed attempt.
 import { z } from 'zod';
 import { defineTask, PermanentError, RetryAfterError, type TaskHandler } from './registry.ts';
-import { signWebhook } from './signing.ts';
+import { signWebhook } from '../../packages/client/src/webhooks.ts';
 import { checkTarget } from './ssrf.ts';
 
 export interface HttpTaskOptions {

@@ -15,7 +15,7 @@ import {
   type TaskContext,
   type TaskHandler,
 } from '../../src/handlers/registry.ts';
-import { verifyWebhook } from '../../src/handlers/signing.ts';
+import { verifyWebhook } from '../../packages/client/src/webhooks.ts';
 import { silentLogger } from '../../src/log.ts';
 
 const SECRET = `whsec_${btoa('edge-scheduler test signing key!')}`;

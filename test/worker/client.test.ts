@@ -2,7 +2,7 @@
 // client, against the Worker running in workerd.
 import { env, exports } from 'cloudflare:workers';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ApiError, createClient, type Client } from '../../src/client/index.ts';
+import { ApiError, createClient, type Client } from '../../packages/client/src/index.ts';
 
 const base = 'https://scheduler.test';
 const viaWorker = (request: Request) => exports.default.fetch(request);
