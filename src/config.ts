@@ -50,6 +50,8 @@ const ConfigSchema = z.object({
   MAX_PAYLOAD_BYTES: int(1, 1024 * 1024).default(256 * 1024),
   /** Lets the built-in http task reach private, loopback and link-local addresses. */
   ALLOW_PRIVATE_TARGETS: bool.default(false),
+  /** /metrics lists at most this many tenants by name (the busiest); the rest are summed as tenant="other". */
+  METRICS_MAX_TENANTS: int(1, 1000).default(20),
 });
 
 export interface Config {
@@ -72,6 +74,7 @@ export interface Config {
   defaultBackoffMaxMs: number;
   maxPayloadBytes: number;
   allowPrivateTargets: boolean;
+  metricsMaxTenants: number;
 }
 
 /** Reads the tunables from string vars; empty strings count as unset. */
@@ -107,6 +110,7 @@ export function readConfig(vars: Record<string, unknown>): Config {
     defaultBackoffMaxMs: Math.round(v.DEFAULT_BACKOFF_MAX_SECONDS * 1000),
     maxPayloadBytes: v.MAX_PAYLOAD_BYTES,
     allowPrivateTargets: v.ALLOW_PRIVATE_TARGETS,
+    metricsMaxTenants: v.METRICS_MAX_TENANTS,
   };
 }
 

@@ -17,6 +17,7 @@ import type {
   TaskCreateSchema,
   TaskSchema,
 } from '../http/schemas.ts';
+import type { MinuteStatsJson as MinuteStats } from '../http/routes/stats.ts';
 
 export type TaskInput = z.input<typeof TaskCreateSchema>;
 export type Task = z.output<typeof TaskSchema>;
@@ -26,6 +27,7 @@ export type ScheduleInput = z.input<typeof ScheduleWriteSchema>;
 export type Schedule = z.output<typeof ScheduleSchema>;
 export type QueueStats = z.output<typeof QueueStatsSchema>;
 export type ApiKey = z.output<typeof ApiKeySchema>;
+export type { MinuteStatsJson as MinuteStats } from '../http/routes/stats.ts';
 export type TaskStatus = Task['status'];
 
 export interface TaskListQuery {
@@ -180,8 +182,17 @@ export function createClient(options: ClientOptions) {
     list: async () => (await call<{ queues: QueueStats[] }>('GET', '/v1/queues')).body.queues,
   };
 
+  const stats = {
+    /** Per queue and minute over the last `minutes` (default 60): finished by outcome, due-to-start p50/p99. */
+    finished: async (minutes?: number) =>
+      (await call<{ minutes: MinuteStats[] }>('GET', '/v1/stats/finished', { query: { minutes } })).body.minutes,
+  };
+
   /** Needs the admin token as `key`. */
   const admin = {
+    listTenants: async () => (await call<{ tenants: string[] }>('GET', '/v1/admin/tenants')).body.tenants,
+    listKeys: async (query: { tenant?: string; limit?: number } = {}) =>
+      (await call<{ keys: ApiKey[] }>('GET', '/v1/admin/keys', { query })).body.keys,
     createKey: async (tenant: string) => (await call<ApiKey & { key: string }>('POST', '/v1/admin/keys', { body: { tenant } })).body,
     revokeKey: async (id: string) => (await call<ApiKey>('DELETE', `/v1/admin/keys/${seg(id)}`)).body,
     setTenantWeight: async (tenant: string, weight: number, queue = 'default') =>
@@ -192,7 +203,7 @@ export function createClient(options: ClientOptions) {
 
   const health = async () => (await call<{ ok: boolean }>('GET', '/healthz')).body;
 
-  return { tasks, schedules, queues, admin, health };
+  return { tasks, schedules, queues, stats, admin, health };
 }
 
 export type Client = ReturnType<typeof createClient>;

@@ -6,13 +6,15 @@ import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import type { Logger } from '../log.ts';
-import { requireAdmin, requireTenant } from './auth.ts';
+import { requireAdmin, requireCaller, requireTenant } from './auth.ts';
 import type { AppEnv } from './context.ts';
 import { onError } from './errors.ts';
 import { validationHook } from './validation.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
+import { registerMetricsRoute } from './routes/metrics.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
 import { registerScheduleRoutes } from './routes/schedules.ts';
+import { registerStatsRoutes } from './routes/stats.ts';
 import { registerTaskRoutes } from './routes/tasks.ts';
 
 export interface AppDeps {
@@ -62,12 +64,15 @@ export function createApp(deps: AppDeps): App {
   const bodyLimitDefault = limited(MAX_BODY_BYTES);
   app.use('/v1/*', (c, next) => (c.req.path === '/v1/tasks/batch' ? batchLimit(c, next) : bodyLimitDefault(c, next)));
   const tenant = requireTenant(deps.adminToken);
-  for (const path of ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues']) app.use(path, tenant);
+  for (const path of ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues', '/v1/stats/*']) app.use(path, tenant);
+  app.use('/metrics', requireCaller(deps.adminToken));
   app.use('/v1/admin/*', requireAdmin(deps.adminToken));
   registerTaskRoutes(app, deps);
   registerScheduleRoutes(app, deps);
   registerQueueRoutes(app);
   registerAdminRoutes(app);
+  registerStatsRoutes(app);
+  registerMetricsRoute(app, deps);
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', {
     type: 'http',

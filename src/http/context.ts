@@ -22,5 +22,7 @@ export interface AppEnv {
     log: Logger;
     /** The tenant every tenant-facing query is scoped by. */
     tenant: string;
+    /** Set by requireCaller (GET /metrics): the admin sees every tenant, a key its own. */
+    caller: { admin: true; tenant: null } | { admin: false; tenant: string };
   };
 }
