@@ -97,7 +97,7 @@ describe('the dashboard in Chromium', () => {
     await shot(page, '03-queues-empty');
     await page.getByRole('link', { name: 'Tasks', exact: true }).click();
     await page.getByRole('heading', { name: 'Tasks', level: 1 }).waitFor();
-    await page.evaluate(() => ((window as unknown as { notReloaded: boolean }).notReloaded = true));
+    await page.evaluate(() => ((globalThis as unknown as { notReloaded: boolean }).notReloaded = true));
 
     // Paused, the task waits as queued; resumed and swept, it runs.
     await admin.admin.setQueuePaused('default', true);
@@ -107,7 +107,7 @@ describe('the dashboard in Chromium', () => {
     await admin.admin.setQueuePaused('default', false);
     await fetch(`${dev.url}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
     await row(page, task.id).getByText('succeeded').waitFor({ timeout: 30_000 });
-    expect(await page.evaluate(() => (window as unknown as { notReloaded?: boolean }).notReloaded)).toBe(true);
+    expect(await page.evaluate(() => (globalThis as unknown as { notReloaded?: boolean }).notReloaded)).toBe(true);
     await shot(page, '05-tasks-succeeded');
 
     await page.getByRole('link', { name: `Open task ${task.id}` }).click();
@@ -215,7 +215,7 @@ describe('the dashboard in Chromium', () => {
     expect(await page.locator('output.secret code').textContent()).toMatch(/^edsk_/);
     await shot(page, '14-keys-and-tenants');
     // The token is in sessionStorage, never in localStorage or a cookie.
-    expect(await page.evaluate(() => [localStorage.length, document.cookie])).toEqual([0, '']);
+    expect(await page.evaluate(() => [localStorage.length, (globalThis as unknown as { document: { cookie: string } }).document.cookie])).toEqual([0, '']);
     await page.close();
   });
 
