@@ -14,7 +14,7 @@ import { openNodeDb } from './node-db.ts';
 import { startEmbeddedPostgres, type RunningPostgres } from './postgres.ts';
 import { startWsProxy, type WsProxy } from './ws-proxy.ts';
 import { migrate } from '../src/db/migrate.ts';
-import { build as viteBuild } from 'vite';
+import { buildDashboard } from './dashboard.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dataDir = `${root}.data`;
@@ -139,7 +139,7 @@ async function main(): Promise<void> {
     await writeFile(envFile, Object.entries(vars).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join('\n') + '\n', { mode: 0o600 });
 
     say('building the dashboard');
-    await viteBuild({ configFile: `${root}dashboard/vite.config.ts`, logLevel: 'warn' });
+    await buildDashboard();
 
     const url = `http://127.0.0.1:${port}`;
     say(`starting wrangler dev on ${url}`);

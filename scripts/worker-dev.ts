@@ -8,6 +8,7 @@ import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { ensureDashboardBuilt } from './dashboard.ts';
 import { freePort } from './postgres.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -34,6 +35,7 @@ export interface RunningWorkerDev {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export async function startWorkerDev(o: WorkerDevOptions): Promise<RunningWorkerDev> {
+  await ensureDashboardBuilt();
   const dir = mkdtempSync(join(tmpdir(), 'scheduler-wrangler-'));
   const envFile = join(dir, 'dev.env');
   const vars: Record<string, string> = {
