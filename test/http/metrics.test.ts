@@ -6,6 +6,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineTask, PermanentError } from '../../src/handlers/registry.ts';
 import { renderMetrics } from '../../src/metrics/exposition.ts';
+import { cancelTask } from '../../src/tasks/cancel.ts';
 import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 import { ADMIN_TOKEN, createTestApi } from '../helpers/http.ts';
@@ -63,6 +64,9 @@ async function seed(): Promise<void> {
   await h.enqueue([{ task: 'fatal' }], { now: T0, tenant: 'acme' });
   await h.enqueue([{ task: 'noop' }], { now: T0, tenant: 'bolt' });
   await h.drain({ now: at(2) });
+  // Recent but never started: a cancelled task (no due-to-start, no run duration).
+  const [late] = await h.enqueue([{ task: 'noop', delay: 600 }], { now: T0, tenant: 'acme' });
+  await cancelTask(t.db, 'acme', { id: late!.task!.id }, at(5));
   // Waiting: two due 30 s before the scrape (queued), one far in the future.
   await h.enqueue([{ task: 'noop' }, { task: 'noop' }, { task: 'noop', delay: 3600 }], { now: at(30), tenant: 'acme' });
   await h.enqueue([{ task: 'noop', queue: 'mail', delay: 3600 }], { now: at(30), tenant: 'bolt' });
@@ -105,8 +109,8 @@ describe('GET /metrics', () => {
     expect(age?.value).toBe(oldest!.age);
 
     // Finished in the last five minutes, by outcome; the hour-old rows are not counted.
-    const recent = await t.db.query<{ queue: string; tenant: string; status: string; n: number; due: number; run: number }>(
-      `select queue, tenant, status, count(*)::int as n,
+    const recent = await t.db.query<{ queue: string; tenant: string; status: string; n: number; started: number; due: number; run: number }>(
+      `select queue, tenant, status, count(*)::int as n, count(started_at)::int as started,
               coalesce(sum(extract(epoch from started_at - run_at)), 0)::float8 as due,
               coalesce(sum(extract(epoch from finished_at - started_at)), 0)::float8 as run
        from tasks where finished_at > $1::timestamptz - interval '5 minutes' and finished_at <= $1::timestamptz group by 1, 2, 3`,
@@ -116,13 +120,15 @@ describe('GET /metrics', () => {
     expect(finished).toEqual(Object.fromEntries(recent.map((r) => [`${r.queue}|${r.tenant}|${r.status}`, r.n])));
     expect(finished['default|acme|succeeded']).toBe(2);
     expect(finished['default|acme|dead']).toBe(1);
+    expect(finished['default|acme|cancelled']).toBe(1);
     const [{ total }] = (await t.db.query<{ total: number }>(`select count(*)::int as total from tasks where finished_at is not null`)) as [{ total: number }];
     expect(Object.values(finished).reduce((a, b) => a + b, 0)).toBe(total - 2);
 
-    // Summaries: count and sum agree with the rows; every task here started 2 s late.
+    // Summaries: count and sum agree with the rows that started (each 2 s late); the cancelled one has none.
+    expect(recent.find((r) => r.status === 'cancelled')?.started).toBe(0);
     for (const r of recent) {
       const labels = (s: Series) => key(s.labels, ['queue', 'tenant', 'outcome']) === `${r.queue}|${r.tenant}|${r.status}`;
-      expect(series('scheduler_task_due_to_start_seconds_count').find(labels)?.value).toBe(r.n);
+      expect(series('scheduler_task_due_to_start_seconds_count').find(labels)?.value).toBe(r.started);
       expect(series('scheduler_task_due_to_start_seconds_sum').find(labels)?.value).toBeCloseTo(r.due, 6);
       expect(series('scheduler_task_run_duration_seconds_sum').find(labels)?.value).toBeCloseTo(r.run, 6);
     }
