@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { buildDashboard } from '../../scripts/dashboard.ts';
 import { startWorkerDev, type RunningWorkerDev } from '../../scripts/worker-dev.ts';
 import { createClient, type Client } from '../../src/client/index.ts';
 import { useTestDatabase } from '../helpers/db.ts';
@@ -41,6 +42,8 @@ const row = (page: Page, id: string) => page.locator(`tr[data-task-id="${id}"]`)
 beforeAll(async () => {
   if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: apt-get install -y chromium (.ci/run does)`);
   mkdirSync(shots, { recursive: true });
+  // Always from the current source (pretest builds it too; this keeps a lone run honest).
+  await buildDashboard();
   dev = await startWorkerDev({
     databaseUrl: tdb.url,
     wsProxy: inject('wsProxy'),
