@@ -4,6 +4,7 @@
 // task's epoch (cancelled, reaped and re-claimed, already started) is
 // acknowledged and skipped: a stale worker never runs and never writes. If the
 // database cannot be reached, messages are retried by the Queue, not acked.
+import { traceIdOf } from '../tracing/trace-context.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
 import { extendLease, finishTasks, startTasks, type AttemptResult, type StartedTask } from '../db/sql/tasks.ts';
@@ -61,7 +62,13 @@ function describe(error: unknown): string {
 async function runAttempt(deps: ConsumeDeps, started: StartedTask, now: Date | undefined): Promise<AttemptResult> {
   const { task } = started;
   const base = { id: task.id, epoch: task.leaseEpoch, retryDelayMs: null };
-  const log = deps.log.child({ taskId: task.id, tenant: task.tenant, task: task.task, attempt: task.attempts });
+  const log = deps.log.child({
+    taskId: task.id,
+    tenant: task.tenant,
+    task: task.task,
+    attempt: task.attempts,
+    ...(started.trace ? { traceId: traceIdOf(started.trace.traceparent) } : {}),
+  });
   const handler = deps.registry.get(task.task);
   if (!handler) {
     // A rollout may be under way: retry rather than kill, attempts bound it.
@@ -95,6 +102,7 @@ async function runAttempt(deps: ConsumeDeps, started: StartedTask, now: Date | u
     epoch: task.leaseEpoch,
     signal: controller.signal,
     log,
+    trace: started.trace,
     async heartbeat(extendSeconds) {
       const seconds = extendSeconds ?? task.timeoutMs / 1000 + deps.config.leaseGraceSeconds;
       const until = await extendLease(deps.db, { now, id: task.id, epoch: task.leaseEpoch, seconds });

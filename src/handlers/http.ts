@@ -10,6 +10,7 @@
 // this URL, not wherever a Location points, so a 3xx is a failed attempt.
 import { z } from 'zod';
 import { defineTask, PermanentError, RetryAfterError, type TaskHandler } from './registry.ts';
+import { childTraceparent } from '../tracing/trace-context.ts';
 import { parseWebhookSecret, signWebhook } from './signing.ts';
 import { checkTarget } from './ssrf.ts';
 
@@ -124,6 +125,12 @@ export function createHttpTask(options: HttpTaskOptions): TaskHandler<never> {
       // Encoded once, so the signature covers exactly the bytes on the wire.
       body = new TextEncoder().encode(isText ? (payload.body as string) : JSON.stringify(payload.body));
       if (!headers.has('content-type')) headers.set('content-type', isText ? 'text/plain; charset=utf-8' : 'application/json');
+    }
+    // W3C trace context: this delivery is a child span of the enqueue request's trace
+    // (unless the payload set its own traceparent).
+    if (ctx.trace && !headers.has('traceparent')) {
+      headers.set('traceparent', childTraceparent(ctx.trace.traceparent));
+      if (ctx.trace.tracestate && !headers.has('tracestate')) headers.set('tracestate', ctx.trace.tracestate);
     }
     if (options.signingSecret !== undefined) {
       const signed = await signWebhook({

@@ -9,6 +9,7 @@ import type { Logger } from '../log.ts';
 import { requireAdmin, requireCaller, requireTenant } from './auth.ts';
 import type { AppEnv } from './context.ts';
 import { onError } from './errors.ts';
+import { readTraceContext, traceIdOf } from '../tracing/trace-context.ts';
 import { validationHook } from './validation.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerMetricsRoute } from './routes/metrics.ts';
@@ -38,7 +39,10 @@ export function createApp(deps: AppDeps): App {
     const incoming = c.req.header('x-request-id');
     const requestId = incoming && /^[\w.:-]{1,128}$/.test(incoming) ? incoming : crypto.randomUUID();
     c.set('requestId', requestId);
-    c.set('log', deps.log.child({ requestId }));
+    // W3C trace context: kept with enqueued tasks; every log line of the request carries its trace id.
+    const trace = readTraceContext(c.req.header('traceparent'), c.req.header('tracestate'));
+    c.set('trace', trace);
+    c.set('log', deps.log.child(trace ? { requestId, traceId: traceIdOf(trace.traceparent) } : { requestId }));
     await next();
     c.header('x-request-id', requestId);
   });

@@ -5,6 +5,7 @@
 import type { Db } from '../db/seam.ts';
 import type { Logger } from '../log.ts';
 import type { TaskSender } from '../sweep/sweep.ts';
+import type { TraceContext } from '../tracing/trace-context.ts';
 
 export interface Invocation {
   db: Db;
@@ -24,5 +25,7 @@ export interface AppEnv {
     tenant: string;
     /** Set by requireCaller (GET /metrics): the admin sees every tenant, a key its own. */
     caller: { admin: true; tenant: null } | { admin: false; tenant: string };
+    /** The request's W3C trace context (traceparent, tracestate), when it carried a valid one. */
+    trace: TraceContext | null;
   };
 }

@@ -5,6 +5,7 @@
 //
 // Every write about an attempt is guarded by id + lease epoch + status: a
 // stale worker, a redelivered message or a retried statement changes nothing.
+import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { TASK_COLUMNS, taskFromRow, type Delivery, type Task, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
@@ -107,10 +108,11 @@ const tasksInsertBatch = sql(
      left join runnable_counts c on i.runnable and c.queue = i.queue
    )
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
-                           backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at)
+                           backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at,
+                           traceparent, tracestate)
    select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
           r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
-          r.idempotency_key, r.vtime, clock.now, clock.now
+          r.idempotency_key, r.vtime, clock.now, clock.now, $15::text, $16::text
    from rows r, clock
    order by r.ord
    on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
@@ -129,7 +131,7 @@ const tasksInsertBatch = sql(
 /** One result per input, in input order; null where the key was spent and its task already purged. */
 export async function insertTasks(
   q: Queryable,
-  p: { now?: Now; tenant: string; lookaheadSeconds: number; tasks: readonly NewTask[] },
+  p: { now?: Now; tenant: string; lookaheadSeconds: number; tasks: readonly NewTask[]; trace?: TraceContext | null },
 ): Promise<(WrittenTask | null)[]> {
   const col = <K extends keyof NewTask>(k: K) => p.tasks.map((t) => t[k]);
   const rows = await q.query<TaskRow & { created: boolean }>(tasksInsertBatch, [
@@ -147,6 +149,8 @@ export async function insertTasks(
     col('timeoutMs'),
     col('delivery'),
     col('idempotencyKey'),
+    p.trace?.traceparent ?? null,
+    p.trace?.tracestate ?? null,
   ]);
   // Back to input order: keyed rows by key; unkeyed ones were inserted in
   // input order, so their ids ascend in that order.
@@ -399,6 +403,8 @@ export interface StartedTask {
   task: Task;
   /** Milliseconds until run_at (claimed early with a delay that was rounded down). */
   waitMs: number;
+  /** The W3C trace context of the request that enqueued it, if it had one. */
+  trace: TraceContext | null;
 }
 
 /**
@@ -421,12 +427,13 @@ const tasksStartIfClaimed = sql(
        updated_at = clock.now
      from locked l join msg on msg.id = l.id, clock
      where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
-     returning ${TASK_COLUMNS_T}, greatest(0, extract(epoch from t.run_at - clock.now) * 1000)::float8 as wait_ms
+     returning ${TASK_COLUMNS_T}, greatest(0, extract(epoch from t.run_at - clock.now) * 1000)::float8 as wait_ms,
+               t.traceparent, t.tracestate
    )
    select s.*, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status, true as started
    from started s
    union all
-   select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, m.epoch, cur.lease_epoch, cur.status, false
+   select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, null, null, m.epoch, cur.lease_epoch, cur.status, false
    from msg m left join tasks cur on cur.id = m.id
    where m.id not in (select id from started)`,
 );
@@ -435,7 +442,7 @@ export async function startTasks(
   q: Queryable,
   p: { now?: Now; tasks: readonly { id: string; epoch: number }[]; leaseGraceSeconds: number },
 ): Promise<{ started: StartedTask[]; lost: LostFence[] }> {
-  const rows = await q.query<TaskRow & LostRow & { wait_ms: number; started: boolean }>(tasksStartIfClaimed, [
+  const rows = await q.query<TaskRow & LostRow & { wait_ms: number; started: boolean; traceparent: string | null; tracestate: string | null }>(tasksStartIfClaimed, [
     at(p.now),
     p.tasks.map((t) => t.id),
     p.tasks.map((t) => t.epoch),
@@ -444,7 +451,10 @@ export async function startTasks(
   const started: StartedTask[] = [];
   const lost: LostFence[] = [];
   for (const r of rows) {
-    if (r.started) started.push({ task: taskFromRow(r), waitMs: Number(r.wait_ms) });
+    if (r.started) {
+      const trace = r.traceparent ? { traceparent: r.traceparent, tracestate: r.tracestate } : null;
+      started.push({ task: taskFromRow(r), waitMs: Number(r.wait_ms), trace });
+    }
     else lost.push(lostFromRow(r));
   }
   return { started, lost };
