@@ -4,7 +4,10 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineTask } from '../../src/handlers/registry.ts';
 import { childTraceparent, readTraceContext, traceIdOf } from '../../src/tracing/trace-context.ts';
-import { resetTables, T0, useTestDatabase } from '../helpers/db.ts';
+import { taskTypes } from '../../functions/tasks.ts';
+import { createRegistry } from '../../src/handlers/registry.ts';
+import { enqueueTasks } from '../../src/tasks/enqueue.ts';
+import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
 import { createHarness } from '../helpers/harness.ts';
 import { ADMIN_TOKEN, createTestApi } from '../helpers/http.ts';
 
@@ -102,5 +105,16 @@ describe('enqueue and consume with a trace', () => {
     expect(seen).toEqual([{ traceparent: TP, tracestate: null }]);
     const line = h.logs.find((l) => l.msg === 'inside the handler');
     expect(line).toMatchObject({ taskId: r.body.id, traceId: '4bf92f3577b34da6a3ce929d0e0e4736' });
+  });
+
+  it("the sweep's dispatch line for a traced task carries its trace id; untraced tasks add no line", async () => {
+    const h = createHarness(t.db);
+    const deps = { db: t.db, config: h.config, registry: createRegistry(taskTypes({ config: h.config, signingSecret: undefined })) };
+    const [traced] = await enqueueTasks(deps, 'acme', [{ task: 'noop', delay: 600 }], { now: T0, trace: readTraceContext(TP, null) });
+    await enqueueTasks(deps, 'acme', [{ task: 'noop', delay: 600 }, { task: 'noop', delay: 600 }], { now: T0 });
+    const counts = await h.sweep({ now: at(600) });
+    expect(counts.dispatched).toBe(3);
+    const lines = h.logs.filter((l) => l.msg === 'task dispatched');
+    expect(lines).toEqual([expect.objectContaining({ taskId: traced!.task!.id, traceId: '4bf92f3577b34da6a3ce929d0e0e4736' })]);
   });
 });

@@ -253,6 +253,8 @@ export interface ClaimedTask {
   runAt: Date;
   /** How long after the claim the task is due (0 when already due). */
   delayMs: number;
+  /** The W3C traceparent it was enqueued with, for the sweep's log lines. */
+  traceparent: string | null;
 }
 
 /**
@@ -285,7 +287,7 @@ const tasksClaimRunnable = sql(
        updated_at = clock.now
      from picked, clock
      where t.id = picked.id
-     returning t.id, t.lease_epoch, t.run_at, t.vtime,
+     returning t.id, t.lease_epoch, t.run_at, t.vtime, t.traceparent,
                greatest(0, floor(extract(epoch from t.run_at - clock.now) * 1000))::bigint as delay_ms
    ),
    advanced as (
@@ -293,21 +295,27 @@ const tasksClaimRunnable = sql(
      from (select max(vtime) as v from claimed) m
      where q.name = $2::text and m.v is not null
    )
-   select id, lease_epoch, run_at, delay_ms from claimed order by vtime, id`,
+   select id, lease_epoch, run_at, delay_ms, traceparent from claimed order by vtime, id`,
 );
 
 export async function claimTasks(
   q: Queryable,
   p: { now?: Now; queue: string; limit: number; claimedBy: string; leaseSeconds: number },
 ): Promise<ClaimedTask[]> {
-  const rows = await q.query<{ id: string; lease_epoch: string; run_at: Date; delay_ms: string }>(tasksClaimRunnable, [
+  const rows = await q.query<{ id: string; lease_epoch: string; run_at: Date; delay_ms: string; traceparent: string | null }>(tasksClaimRunnable, [
     at(p.now),
     p.queue,
     p.limit,
     p.claimedBy,
     p.leaseSeconds,
   ]);
-  return rows.map((r) => ({ id: String(r.id), epoch: Number(r.lease_epoch), runAt: r.run_at, delayMs: Number(r.delay_ms) }));
+  return rows.map((r) => ({
+    id: String(r.id),
+    epoch: Number(r.lease_epoch),
+    runAt: r.run_at,
+    delayMs: Number(r.delay_ms),
+    traceparent: r.traceparent,
+  }));
 }
 
 /** A fenced write that found the task no longer held at the expected epoch. */
