@@ -8,6 +8,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { availableParallelism, cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { measureBundle, type BundleSize } from './bundle.ts';
+import { metricsScrapeTiming, type MetricsTiming } from './metrics.ts';
 import { prepareCeiling, runCeiling, type CeilingRun } from './ceiling.ts';
 import type { Ctx } from './context.ts';
 import { createCpuMeter } from './cpu.ts';
@@ -262,6 +263,18 @@ try {
 
   await server.dropCreated();
 
+  // 9. /metrics over a million finished rows ------------------------------------
+  if (phase('metrics') && has('project')) {
+    await attempt('metrics', async () => {
+      const empty = await metricsScrapeTiming(ctx, 0);
+      progress(`metrics, no history: scrape p50 ${fmt1(empty.scrapeP50Ms)} ms, charts p50 ${fmt1(empty.chartsP50Ms)} ms, naive count ${fmt1(empty.naiveCountMs)} ms`);
+      const full = await metricsScrapeTiming(ctx, settings.finishedRows);
+      progress(`metrics, ${fmtInt(settings.finishedRows)} finished rows: scrape p50 ${fmt1(full.scrapeP50Ms)} ms, charts p50 ${fmt1(full.chartsP50Ms)} ms, naive count ${fmt1(full.naiveCountMs)} ms`);
+      F.metrics = { empty, full };
+    });
+    await server.dropCreated();
+  }
+
   // 8. Bundle and memory -------------------------------------------------------------
   if (phase('bundle') && has('project')) {
     await attempt('bundle', async () => {
@@ -269,6 +282,7 @@ try {
       const b = await measureBundle();
       F.bundle = b;
       progress(`bundle: ${fmtInt(b.rawBytes / 1024)} KiB raw, ${fmtInt(b.gzipBytes / 1024)} KiB gzip (wrangler: ${b.wranglerReported})`);
+      progress(`dashboard assets: ${fmtInt(b.dashboard.rawBytes / 1024)} KiB raw, ${fmtInt(b.dashboard.gzipBytes / 1024)} KiB gzip in ${b.dashboard.files.length} files`);
     });
   }
   if (phase('memory') && has('project')) {
@@ -425,6 +439,28 @@ if (phase('bundle')) {
     graphile: '',
     target: '<= 400 KB gzip',
     verdict: verdict(bundle ? bundle.gzipBytes <= 400_000 : undefined),
+  });
+  rows.push({
+    workload: '8b. Dashboard assets (served beside the Worker)',
+    project: bundle?.dashboard ? `${fmtInt(bundle.dashboard.rawBytes / 1000)} KB raw, ${fmtInt(bundle.dashboard.gzipBytes / 1000)} KB gzip` : 'n/a',
+    pgboss: '',
+    graphile: '',
+    target: 'reported',
+    verdict: '',
+  });
+}
+const met = get<{ empty: MetricsTiming; full: MetricsTiming }>('metrics');
+if (phase('metrics')) {
+  const r = met ? met.full.scrapeP50Ms / met.empty.scrapeP50Ms : undefined;
+  rows.push({
+    workload: `9. GET /metrics with ${fmtInt(settings.finishedRows)} finished rows (p50 ms; vs none)`,
+    project: met
+      ? `${fmt1(met.full.scrapeP50Ms)} ms (${x(r)}); charts ${fmt1(met.full.chartsP50Ms)} ms; a naive count ${fmt1(met.full.naiveCountMs)} ms`
+      : 'n/a',
+    pgboss: '',
+    graphile: '',
+    target: '<= 2x the empty table',
+    verdict: verdict(r === undefined ? undefined : r <= 2),
   });
 }
 const mem = get<{ sweep: { allocatedBytes: Summary; retainedBytes: Summary }; consume: { allocatedBytes: Summary; retainedBytes: Summary }; }>('memory');

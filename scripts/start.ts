@@ -1,7 +1,7 @@
 // `npm start`: the whole service on this machine.
 //   embedded Postgres (data under .data/, kept across restarts) unless
 //   DATABASE_URL is set -> migrations -> the WebSocket proxy -> wrangler dev
-//   -> a ticker firing the cron handler every few seconds.
+//   -> the dashboard's build -> a ticker firing the cron handler every few seconds.
 // Prints the URL and the admin token once /healthz answers; Ctrl-C (SIGINT or
 // SIGTERM) stops every child and Postgres.
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -14,6 +14,7 @@ import { openNodeDb } from './node-db.ts';
 import { startEmbeddedPostgres, type RunningPostgres } from './postgres.ts';
 import { startWsProxy, type WsProxy } from './ws-proxy.ts';
 import { migrate } from '../src/db/migrate.ts';
+import { buildDashboard } from './dashboard.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dataDir = `${root}.data`;
@@ -140,6 +141,9 @@ async function main(): Promise<void> {
     };
     await writeFile(envFile, Object.entries(vars).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join('\n') + '\n', { mode: 0o600 });
 
+    say('building the dashboard');
+    await buildDashboard();
+
     const url = `http://127.0.0.1:${port}`;
     say(`starting wrangler dev on ${url}`);
     wrangler = spawn(
@@ -176,6 +180,7 @@ async function main(): Promise<void> {
     console.log('');
     say(`ready: ${url}`);
     say(`admin token: ${adminToken}`);
+    say(`dashboard: ${url}/dashboard/ (sign in with the admin token or a tenant key)`);
     say(`sweeping every ${tickSeconds} s; Ctrl-C stops everything`);
     say(`try: curl -s ${url}/v1/tasks -H "authorization: Bearer ${adminToken}" -H 'content-type: application/json' -d '{"task":"noop"}'`);
   } catch (error) {

@@ -67,6 +67,8 @@ const ConfigSchema = z.object({
     .transform((s) => s.split(',').map((p) => p.trim()).filter((p) => p !== '').map(Number))
     .refine((ports) => ports.every((p) => p >= 1 && p <= 65_535), 'ports are 1 to 65535')
     .default([]),
+  /** /metrics lists at most this many tenants by name (the busiest); the rest are summed as tenant="other". */
+  METRICS_MAX_TENANTS: int(1, 1000).default(20),
 });
 
 export interface Config {
@@ -94,6 +96,7 @@ export interface Config {
   quotaMaxSchedules: number;
   quotaMinScheduleIntervalSeconds: number;
   allowedTargetPorts: number[];
+  metricsMaxTenants: number;
 }
 
 /** Reads the tunables from string vars; empty strings count as unset. */
@@ -134,6 +137,7 @@ export function readConfig(vars: Record<string, unknown>): Config {
     quotaMaxSchedules: v.QUOTA_MAX_SCHEDULES,
     quotaMinScheduleIntervalSeconds: v.QUOTA_MIN_SCHEDULE_INTERVAL_SECONDS,
     allowedTargetPorts: v.ALLOWED_TARGET_PORTS,
+    metricsMaxTenants: v.METRICS_MAX_TENANTS,
   };
 }
 

@@ -11,6 +11,7 @@
 import { z } from 'zod';
 import { defineTask, PermanentError, RetryAfterError, type TaskHandler } from './registry.ts';
 import { signWebhook } from '../../packages/client/src/webhooks.ts';
+import { childTraceparent } from '../tracing/trace-context.ts';
 import { checkTarget } from './ssrf.ts';
 
 export interface HttpTaskOptions {
@@ -132,6 +133,12 @@ export function createHttpTask(options: HttpTaskOptions): TaskHandler<never> {
       // Encoded once, so the signature covers exactly the bytes on the wire.
       body = new TextEncoder().encode(isText ? (payload.body as string) : JSON.stringify(payload.body));
       if (!headers.has('content-type')) headers.set('content-type', isText ? 'text/plain; charset=utf-8' : 'application/json');
+    }
+    // W3C trace context: this delivery is a child span of the enqueue request's trace
+    // (unless the payload set its own traceparent).
+    if (ctx.trace && !headers.has('traceparent')) {
+      headers.set('traceparent', childTraceparent(ctx.trace.traceparent));
+      if (ctx.trace.tracestate && !headers.has('tracestate')) headers.set('tracestate', ctx.trace.tracestate);
     }
     // The tenant's own secrets (both during a rotation): no tenant can sign for another.
     const secrets = await ctx.signingSecrets();

@@ -7,16 +7,19 @@ import { AppError } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import type { Logger } from '../log.ts';
 import type { SigningSecretStore } from '../tenants/signing-secrets.ts';
-import { requireAdmin, requireTenant, usableAdminToken } from './auth.ts';
+import { readTraceContext, traceIdOf } from '../tracing/trace-context.ts';
+import { requireAdmin, requireCaller, requireTenant, usableAdminToken } from './auth.ts';
 import type { AppEnv } from './context.ts';
 import { onError } from './errors.ts';
 import { refuseHostileJson } from './hostile-json.ts';
 import { validationHook } from './validation.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
+import { registerMetricsRoute } from './routes/metrics.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
 import { registerReplayRoutes } from './routes/replay.ts';
 import { registerScheduleRoutes } from './routes/schedules.ts';
 import { registerSigningSecretRoutes } from './routes/signing-secret.ts';
+import { registerStatsRoutes } from './routes/stats.ts';
 import { registerTaskRoutes } from './routes/tasks.ts';
 import { registerTriggerRoutes } from './routes/trigger.ts';
 
@@ -43,7 +46,10 @@ export function createApp(deps: AppDeps): App {
     const incoming = c.req.header('x-request-id');
     const requestId = incoming && /^[\w.:-]{1,128}$/.test(incoming) ? incoming : crypto.randomUUID();
     c.set('requestId', requestId);
-    c.set('log', deps.log.child({ requestId }));
+    // W3C trace context: kept with enqueued tasks; every log line of the request carries its trace id.
+    const trace = readTraceContext(c.req.header('traceparent'), c.req.header('tracestate'));
+    c.set('trace', trace);
+    c.set('log', deps.log.child(trace ? { requestId, traceId: traceIdOf(trace.traceparent) } : { requestId }));
     await next();
     c.header('x-request-id', requestId);
   });
@@ -70,8 +76,12 @@ export function createApp(deps: AppDeps): App {
   app.use('/v1/*', (c, next) => (c.req.path === '/v1/tasks/batch' ? batchLimit(c, next) : bodyLimitDefault(c, next)));
   const adminToken = usableAdminToken(deps.adminToken, deps.log);
   const tenant = requireTenant(adminToken);
-  const tenantPaths = ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues', '/v1/signing-secret', '/v1/signing-secret/*'];
+  const tenantPaths = [
+    '/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues',
+    '/v1/signing-secret', '/v1/signing-secret/*', '/v1/stats/*',
+  ];
   for (const path of tenantPaths) app.use(path, tenant);
+  app.use('/metrics', requireCaller(adminToken));
   app.use('/v1/admin/*', requireAdmin(adminToken));
   // After authentication (a 401 first), before validation and every statement.
   app.use('/v1/*', refuseHostileJson());
@@ -82,6 +92,8 @@ export function createApp(deps: AppDeps): App {
   registerQueueRoutes(app);
   registerSigningSecretRoutes(app, deps);
   registerAdminRoutes(app, deps);
+  registerStatsRoutes(app);
+  registerMetricsRoute(app, deps);
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', {
     type: 'http',

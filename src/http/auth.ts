@@ -70,3 +70,24 @@ export function requireAdmin(adminToken: string): MiddlewareHandler<AppEnv> {
     await next();
   };
 }
+
+/**
+ * Either credential, for read-only views that span tenants for the admin
+ * (GET /metrics): the admin token sees every tenant (no X-Tenant), a tenant
+ * key only its own.
+ */
+export function requireCaller(adminToken: string): MiddlewareHandler<AppEnv> {
+  return async (c, next) => {
+    const token = bearerToken(c.req.header('authorization'));
+    if (!token) throw unauthorized();
+    if (isAdmin(token, adminToken)) {
+      c.set('caller', { admin: true, tenant: null });
+    } else {
+      const tenant = await tenantForKey(c.env.db, token);
+      if (!tenant) throw unauthorized();
+      c.set('caller', { admin: false, tenant });
+      c.set('log', c.var.log.child({ tenant }));
+    }
+    await next();
+  };
+}

@@ -4,6 +4,7 @@
 // sweep stops starting new batches when its budget is spent, so a cut-off
 // invocation leaves only work the next sweep finishes. Any number of sweeps
 // may run at once.
+import { traceIdOf } from '../tracing/trace-context.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
 import {
@@ -122,6 +123,11 @@ async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promis
 
   const lost = await markDispatched(db, { now, tasks: claimed, leaseSeconds: config.dispatchLeaseSeconds });
   reportLostFences(log, 'dispatch', lost);
+  // Traced tasks (W3C trace context from their enqueue) get a line each, carrying the trace id.
+  const lostIds = new Set(lost.map((l) => l.id));
+  for (const c of claimed) {
+    if (c.traceparent && !lostIds.has(c.id)) log.info('task dispatched', { queue, taskId: c.id, traceId: traceIdOf(c.traceparent), delayMs: c.delayMs });
+  }
   counts.lost = lost.length;
   counts.dispatched = claimed.length - lost.length;
   return counts;

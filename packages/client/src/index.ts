@@ -20,6 +20,7 @@ import type {
   Task,
   TaskInput,
   TaskStatus,
+  MinuteStats,
 } from './types.ts';
 
 export type * from './types.ts';
@@ -200,8 +201,17 @@ export function createClient(options: ClientOptions) {
     list: async () => (await call<{ queues: QueueStats[] }>('GET', '/v1/queues')).body.queues,
   };
 
+  const stats = {
+    /** Per queue and minute over the last `minutes` (default 60): finished by outcome, due-to-start p50/p99. */
+    finished: async (minutes?: number) =>
+      (await call<{ minutes: MinuteStats[] }>('GET', '/v1/stats/finished', { query: { minutes } })).body.minutes,
+  };
+
   /** Needs the admin token as `key`. */
   const admin = {
+    listTenants: async () => (await call<{ tenants: string[] }>('GET', '/v1/admin/tenants')).body.tenants,
+    listKeys: async (query: { tenant?: string; limit?: number } = {}) =>
+      (await call<{ keys: ApiKey[] }>('GET', '/v1/admin/keys', { query })).body.keys,
     createKey: async (tenant: string) => (await call<ApiKey & { key: string }>('POST', '/v1/admin/keys', { body: { tenant } })).body,
     revokeKey: async (id: string) => (await call<ApiKey>('DELETE', `/v1/admin/keys/${seg(id)}`)).body,
     setTenantWeight: async (tenant: string, weight: number, queue = 'default') =>
@@ -222,7 +232,7 @@ export function createClient(options: ClientOptions) {
 
   const health = async () => (await call<{ ok: boolean }>('GET', '/healthz')).body;
 
-  return { tasks, schedules, queues, signingSecret, admin, health };
+  return { tasks, schedules, queues, signingSecret, stats, admin, health };
 }
 
 export type Client = ReturnType<typeof createClient>;

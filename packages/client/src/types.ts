@@ -176,3 +176,12 @@ export interface BulkFilter {
 }
 export type BulkCancelInput = BulkFilter;
 export type BulkReplayInput = BulkFilter;
+
+/** One queue's minute of GET /v1/stats/finished: tasks finished by outcome, due-to-start p50/p99 in seconds. */
+export interface MinuteStats {
+  queue: string;
+  minute: string;
+  finished: Record<string, number>;
+  dueToStartP50: number | null;
+  dueToStartP99: number | null;
+}

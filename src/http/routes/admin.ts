@@ -1,6 +1,6 @@
 // /v1/admin: keys, fair-queuing weights and queue pauses. Admin token only.
 import { createRoute, z } from '@hono/zod-openapi';
-import { revokeApiKey, setQueuePaused, setTenantQuotas, setTenantWeight } from '../../db/sql/tenants.ts';
+import { listApiKeys, listKnownTenants, revokeApiKey, setQueuePaused, setTenantQuotas, setTenantWeight } from '../../db/sql/tenants.ts';
 import { notFound } from '../../errors.ts';
 import { createApiKey } from '../../tenants/keys.ts';
 import { effectiveQuotas } from '../../tenants/quotas.ts';
@@ -43,6 +43,27 @@ const putQueueRoute = createRoute({
   responses: { 200: json(z.object({ name: z.string(), paused: z.boolean() }).openapi('QueueState'), 'Set'), ...commonErrors },
 });
 
+const listTenantsRoute = createRoute({
+  method: 'get',
+  path: '/v1/admin/tenants',
+  summary: 'Tenants with a key or a fair-queuing row, by name',
+  request: { query: z.strictObject({ limit: z.coerce.number().int().min(1).max(1000).default(500) }) },
+  responses: { 200: json(z.object({ tenants: z.array(z.string()) }).openapi('TenantList'), 'Tenants'), ...commonErrors },
+});
+
+const listKeysRoute = createRoute({
+  method: 'get',
+  path: '/v1/admin/keys',
+  summary: 'API keys, newest first (never the key itself)',
+  request: {
+    query: z.strictObject({
+      tenant: TenantName.optional(),
+      limit: z.coerce.number().int().min(1).max(1000).default(200),
+    }),
+  },
+  responses: { 200: json(z.object({ keys: z.array(ApiKeySchema) }).openapi('ApiKeyList'), 'Keys'), ...commonErrors },
+});
+
 const keyJson = (k: { id: string; tenant: string; prefix: string; createdAt: Date; revokedAt?: Date | null; key?: string }) => ({
   id: k.id,
   tenant: k.tenant,
@@ -53,6 +74,15 @@ const keyJson = (k: { id: string; tenant: string; prefix: string; createdAt: Dat
 });
 
 export function registerAdminRoutes(app: App, { config }: AppDeps): void {
+  app.openapi(listTenantsRoute, async (c) => {
+    return c.json({ tenants: await listKnownTenants(c.env.db, { limit: c.req.valid('query').limit }) }, 200);
+  });
+
+  app.openapi(listKeysRoute, async (c) => {
+    const { tenant, limit } = c.req.valid('query');
+    return c.json({ keys: (await listApiKeys(c.env.db, { tenant, limit })).map(keyJson) }, 200);
+  });
+
   app.openapi(createKeyRoute, async (c) => {
     const created = await createApiKey(c.env.db, c.req.valid('json').tenant, c.env.now);
     c.var.log.info('api key created', { keyId: created.id, tenant: created.tenant, prefix: created.prefix });

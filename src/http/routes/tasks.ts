@@ -105,6 +105,8 @@ const listTasksRoute = createRoute({
   responses: { 200: json(TaskPageSchema, 'A page of tasks'), ...commonErrors },
 });
 
+const taskIdOf = (r: EnqueueResult) => (r.task === null ? r.spent.taskId : r.task.id);
+
 export function resultJson(r: EnqueueResult) {
   if (r.task === null) {
     return { id: r.spent.taskId, status: r.spent.status, idempotencyKey: r.spent.idempotencyKey, deduplicated: true as const, purged: true as const };
@@ -133,7 +135,9 @@ export function registerTaskRoutes(app: App, deps: AppDeps): void {
     const [result] = await enqueueTasks({ db: c.env.db, config: deps.config, registry: deps.registry }, c.var.tenant, [toTaskInput(body)], {
       now: c.env.now,
       pathOf: () => '',
+      trace: c.var.trace,
     });
+    if (c.var.trace) c.var.log.info('task enqueued', { taskId: taskIdOf(result!), outcome: result!.outcome });
     kickDueQueues(deps, c.env, [result!], c.var.log);
     return result!.outcome === 'created' ? c.json(resultJson(result!) as never, 201) : c.json(resultJson(result!) as never, 200);
   });
@@ -144,8 +148,9 @@ export function registerTaskRoutes(app: App, deps: AppDeps): void {
       { db: c.env.db, config: deps.config, registry: deps.registry },
       c.var.tenant,
       tasks.map(toTaskInput),
-      { now: c.env.now, pathOf: (i) => `tasks.${i}` },
+      { now: c.env.now, pathOf: (i) => `tasks.${i}`, trace: c.var.trace },
     );
+    if (c.var.trace) c.var.log.info('tasks enqueued', { taskIds: results.map(taskIdOf) });
     kickDueQueues(deps, c.env, results, c.var.log);
     const body = { tasks: results.map(resultJson) };
     return results.some((r) => r.outcome === 'created') ? c.json(body as never, 201) : c.json(body as never, 200);
