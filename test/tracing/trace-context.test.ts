@@ -83,7 +83,9 @@ describe('enqueue and consume with a trace', () => {
 
   it("the consumer's log lines and the handler's context carry the trace", async () => {
     const seen: unknown[] = [];
+    // These tests read info lines: the harness logs at warn by default.
     const h = createHarness(t.db, {
+      config: { logLevel: 'info' },
       handlers: [
         defineTask('traced', z.object({}).default({}), async (_p, ctx) => {
           seen.push(ctx.trace);
@@ -108,7 +110,7 @@ describe('enqueue and consume with a trace', () => {
   });
 
   it("the sweep's dispatch line for a traced task carries its trace id; untraced tasks add no line", async () => {
-    const h = createHarness(t.db);
+    const h = createHarness(t.db, { config: { logLevel: 'info' } });
     const deps = { db: t.db, config: h.config, registry: createRegistry(taskTypes({ config: h.config })) };
     const [traced] = await enqueueTasks(deps, 'acme', [{ task: 'noop', delay: 600 }], { now: T0, trace: readTraceContext(TP, null) });
     await enqueueTasks(deps, 'acme', [{ task: 'noop', delay: 600 }, { task: 'noop', delay: 600 }], { now: T0 });

@@ -72,6 +72,11 @@ describe('the dead-letter queue consumer', () => {
     const stale = { ...messages[0]!, epoch: messages[0]!.epoch + 5 };
     const result = await deliverToDeadLetterQueue([stale]);
     expect(result.explicitAcks).toEqual(['dlq-0']);
-    expect(await api('GET', `/v1/tasks/${ids[0]}`)).toMatchObject({ status: 'running', lastError: null });
+    // Still claimed and not started: shown as waiting, its claim in `dispatch`.
+    expect(await api('GET', `/v1/tasks/${ids[0]}`)).toMatchObject({
+      status: 'queued',
+      lastError: null,
+      dispatch: { epoch: messages[0]!.epoch },
+    });
   });
 });
