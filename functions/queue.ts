@@ -1,7 +1,9 @@
 // queue: the consumer of the task Queue and of its dead-letter queue. Each
-// task message is acknowledged only once its result is stored (or it is known
-// to be stale); otherwise the Queue redelivers it. A dead-lettered message is
-// logged and its task settled (src/consume/dead-letters.ts).
+// task message is acknowledged as soon as its own result is stored (or it is
+// known to be stale), never waiting for its neighbours; a message whose result
+// could not be stored is retried. If the invocation dies, the Queue
+// redelivers only what was not settled. A dead-lettered message is logged and
+// its task settled (src/consume/dead-letters.ts).
 import { consumeBatch } from '../src/consume/consume.ts';
 import { settleDeadLetters } from '../src/consume/dead-letters.ts';
 import type { TaskMessage } from '../src/sweep/sweep.ts';
@@ -16,22 +18,26 @@ const DEFAULT_DEAD_LETTER_QUEUE = 'edge-scheduler-tasks-dlq';
 export async function handleQueue(batch: MessageBatch<TaskMessage>, env: Env, _ctx: ExecutionContext): Promise<void> {
   const { config, registry, log, signingSecrets } = sharedFor(env);
   const db = openDb(env);
+  const settle = (index: number, verdict: 'ack' | 'retry') => {
+    const m = batch.messages[index]!;
+    if (verdict === 'ack') m.ack();
+    else m.retry({ delaySeconds: RETRY_DELAY_SECONDS });
+  };
   try {
-    const deadLetters = batch.queue === ((env.DEAD_LETTER_QUEUE as string | undefined) || DEFAULT_DEAD_LETTER_QUEUE);
-    const { verdicts } = deadLetters
-      ? await settleDeadLetters(
-          { db, log: log.child({ queue: batch.queue }) },
-          batch.messages.map((m) => m.body),
-          { deliveries: batch.messages.map((m) => m.attempts) },
-        )
-      : await consumeBatch(
-          { db, config, registry, signingSecrets, log: log.child({ queue: batch.queue }) },
-          batch.messages.map((m) => m.body),
-        );
-    batch.messages.forEach((m, i) => {
-      if (verdicts[i] === 'ack') m.ack();
-      else m.retry({ delaySeconds: RETRY_DELAY_SECONDS });
-    });
+    if (batch.queue === ((env.DEAD_LETTER_QUEUE as string | undefined) || DEFAULT_DEAD_LETTER_QUEUE)) {
+      const { verdicts } = await settleDeadLetters(
+        { db, log: log.child({ queue: batch.queue }) },
+        batch.messages.map((m) => m.body),
+        { deliveries: batch.messages.map((m) => m.attempts) },
+      );
+      verdicts.forEach((verdict, i) => settle(i, verdict));
+      return;
+    }
+    await consumeBatch(
+      { db, config, registry, signingSecrets, log: log.child({ queue: batch.queue }) },
+      batch.messages.map((m) => m.body),
+      { onSettled: settle },
+    );
   } finally {
     await db.close();
   }

@@ -14,9 +14,11 @@ import { refuseHostileJson } from './hostile-json.ts';
 import { validationHook } from './validation.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
+import { registerReplayRoutes } from './routes/replay.ts';
 import { registerScheduleRoutes } from './routes/schedules.ts';
 import { registerSigningSecretRoutes } from './routes/signing-secret.ts';
 import { registerTaskRoutes } from './routes/tasks.ts';
+import { registerTriggerRoutes } from './routes/trigger.ts';
 
 export interface AppDeps {
   config: Config;
@@ -74,10 +76,12 @@ export function createApp(deps: AppDeps): App {
   // After authentication (a 401 first), before validation and every statement.
   app.use('/v1/*', refuseHostileJson());
   registerTaskRoutes(app, deps);
+  registerReplayRoutes(app, deps);
   registerScheduleRoutes(app, deps);
+  registerTriggerRoutes(app, deps);
   registerQueueRoutes(app);
   registerSigningSecretRoutes(app, deps);
-  registerAdminRoutes(app);
+  registerAdminRoutes(app, deps);
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', {
     type: 'http',

@@ -2,7 +2,7 @@
 // Cloudflare Queue replaced by an in-process list of sent messages (the
 // workerd tests use the real local Queue). Time is passed explicitly.
 import { defaultConfig, type Config } from '../../src/config.ts';
-import { consumeBatch, type ConsumeOutcome } from '../../src/consume/consume.ts';
+import { consumeBatch, type ConsumeOutcome, type Verdict } from '../../src/consume/consume.ts';
 import type { Db } from '../../src/db/seam.ts';
 import type { Faults } from '../../src/faults.ts';
 import { taskTypes } from '../../functions/tasks.ts';
@@ -52,8 +52,19 @@ export interface Harness {
   outbox: ReturnType<typeof createOutbox>;
   logs: LogLine[];
   enqueue(inputs: TaskInput | TaskInput[], options?: { now?: Date; tenant?: string }): Promise<EnqueueResult[]>;
-  sweep(options?: { now?: Date; faults?: Faults; workerId?: string; sender?: TaskSender }): Promise<SweepCounts>;
-  consume(bodies: unknown[], options?: { now?: Date; faults?: Faults }): Promise<ConsumeOutcome>;
+  sweep(options?: {
+    now?: Date;
+    faults?: Faults;
+    workerId?: string;
+    sender?: TaskSender;
+    /** The budget's clock (milliseconds); tests pass a counter to bound a sweep deterministically. */
+    elapsed?: () => number;
+    random?: () => number;
+  }): Promise<SweepCounts>;
+  consume(
+    bodies: unknown[],
+    options?: { now?: Date; faults?: Faults; onSettled?: (index: number, verdict: Verdict) => void },
+  ): Promise<ConsumeOutcome>;
   /** Sweeps, then consumes everything sent, until nothing is left to send. */
   drain(options?: { now?: Date; rounds?: number }): Promise<void>;
 }
@@ -77,11 +88,23 @@ export function createHarness(
       enqueueTasks({ db, config, registry }, o.tenant ?? 'acme', Array.isArray(inputs) ? inputs : [inputs], { now: o.now }),
     sweep: (o = {}) =>
       sweepOnce(
-        { db, config, sender: o.sender ?? outbox, log, workerId: o.workerId ?? `test-sweep-${++sweeps}`, faults: o.faults },
+        {
+          db,
+          config,
+          sender: o.sender ?? outbox,
+          log,
+          workerId: o.workerId ?? `test-sweep-${++sweeps}`,
+          faults: o.faults,
+          elapsed: o.elapsed,
+          random: o.random,
+        },
         { now: o.now },
       ),
     consume: (bodies, o = {}) =>
-      consumeBatch({ db, config, registry, log, signingSecrets, faults: o.faults, sleep: async () => {} }, bodies, { now: o.now }),
+      consumeBatch({ db, config, registry, log, signingSecrets, faults: o.faults, sleep: async () => {} }, bodies, {
+        now: o.now,
+        onSettled: o.onSettled,
+      }),
     async drain(o = {}) {
       for (let i = 0; i < (o.rounds ?? 20); i++) {
         await h.sweep({ now: o.now });
