@@ -72,6 +72,16 @@ describe('the dead-letter queue consumer', () => {
     const stale = { ...messages[0]!, epoch: messages[0]!.epoch + 5 };
     const result = await deliverToDeadLetterQueue([stale]);
     expect(result.explicitAcks).toEqual(['dlq-0']);
-    expect(await api('GET', `/v1/tasks/${ids[0]}`)).toMatchObject({ status: 'running', lastError: null });
+    // Still claimed at its own epoch, untouched (the API shows a claimed, unstarted task as queued).
+    const db = createNeonDb({ connectionString: env.DATABASE_URL, wsProxy: env.DATABASE_WS_PROXY });
+    try {
+      const [row] = await db.query<{ status: string; lease_epoch: string; last_error: string | null }>(
+        `select status, lease_epoch, last_error from tasks where id = $1::bigint`,
+        [ids[0]],
+      );
+      expect({ ...row, lease_epoch: Number(row!.lease_epoch) }).toEqual({ status: 'running', lease_epoch: messages[0]!.epoch, last_error: null });
+    } finally {
+      await db.close();
+    }
   });
 });
