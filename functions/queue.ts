@@ -10,7 +10,7 @@ const RETRY_DELAY_SECONDS = 10;
 
 export async function handleQueue(batch: MessageBatch<TaskMessage>, env: Env, _ctx: ExecutionContext): Promise<void> {
   const { config, registry, log } = sharedFor(env);
-  const db = openDb(env);
+  const db = openDb(env, 'consumer');
   try {
     const { verdicts } = await consumeBatch(
       { db, config, registry, log: log.child({ queue: batch.queue }) },

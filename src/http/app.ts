@@ -47,7 +47,7 @@ export function createApp(deps: AppDeps): App {
 
   app.get('/healthz', async (c) => {
     await c.env.db.query('select 1');
-    return c.json({ ok: true });
+    return c.json({ ok: true, transport: c.env.db.transport ?? 'neon' });
   });
 
   // Bodies past the cap are refused with 413 before they are parsed.
