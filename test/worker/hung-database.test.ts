@@ -6,6 +6,8 @@ import { createExecutionContext, createMessageBatch, getQueueResult, waitOnExecu
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import worker from '../../functions/index.ts';
+import { createNeonDb } from '../../src/db/neon.ts';
+import { createPgDb } from '../../src/db/pg.ts';
 import { envWithDatabase } from './databases.ts';
 
 const hungEnv = () =>
@@ -52,5 +54,30 @@ describe('a hung database, through the Worker', () => {
     expect(Date.now() - started).toBeLessThan(5_000);
     expect(result.explicitAcks).toEqual([]);
     expect(result.retryMessages.map((m) => m.msgId).sort()).toEqual(['h1', 'h2']);
+  });
+});
+
+describe('a statement that never answers, inside workerd', () => {
+  // The connection that missed its answer is destroyed. Its socket reader then
+  // fails ("This socket has been closed" on the Hyperdrive path), after the
+  // pool has let go of the client: the adapter's lifelong error listener on
+  // every client is what keeps that from becoming an unhandled rejection,
+  // which vitest reports as a failed run.
+  it('fails as database_unavailable and the next statement runs on a fresh connection', async () => {
+    const db =
+      env.EXPECTED_TRANSPORT === 'hyperdrive'
+        ? createPgDb({ connectionString: (env.HYPERDRIVE as Hyperdrive).connectionString, statementTimeoutMs: 300 })
+        : createNeonDb({ connectionString: env.DATABASE_URL, wsProxy: env.DATABASE_WS_PROXY, statementTimeoutMs: 300 });
+    try {
+      const started = Date.now();
+      await expect(db.query('select pg_sleep(3)')).rejects.toMatchObject({ code: 'database_unavailable' });
+      expect(Date.now() - started).toBeLessThan(2_500);
+      expect(await db.query<{ one: number }>('select 1 as one')).toEqual([{ one: 1 }]);
+      expect(db.connections?.()).toBe(2);
+    } finally {
+      await db.close();
+    }
+    // Let the destroyed socket's reader settle inside this test.
+    await new Promise((resolve) => setTimeout(resolve, 3_500));
   });
 });
