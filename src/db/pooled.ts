@@ -82,12 +82,15 @@ export function createPooledDb(
   let connections = 0;
   pool.on('connect', ((client: PoolClientLike) => {
     connections += 1;
-    // Every client gets an error listener for its whole life. Without one, a
-    // socket error after the client was closed (workerd's reader rejects with
-    // "This socket has been closed" once the socket is closed) is re-emitted on
-    // a client nobody listens to, which EventEmitter turns into a throw inside
-    // a promise callback: an unhandled rejection. The error carries nothing to
-    // act on: the client is already closed or its query has already failed.
+    // Every client gets an error listener for its whole life. In workerd,
+    // pg-cloudflare's socket reader rejects with "This socket has been closed"
+    // once a client has closed its socket; pg-cloudflare re-emits that as an
+    // 'error' event, pg's Connection and Client pass it on, and a Client with
+    // no 'error' listener makes EventEmitter throw inside pg-cloudflare's
+    // promise callback: an unhandled rejection (vitest fails the run on it).
+    // Seen with a bare pg Client closed by end(); gone with a listener. The
+    // error carries nothing to act on: the client is already closed, or its
+    // statement has already failed and been answered.
     client.on('error', () => {});
   }) as never);
   // An idle client's connection dropping (e.g. pg_terminate_backend) must not
