@@ -10,6 +10,7 @@ import { requireAdmin, requireTenant } from './auth.ts';
 import type { AppEnv } from './context.ts';
 import { onError } from './errors.ts';
 import { validationHook } from './validation.ts';
+import { createKeyCache, type KeyCache } from '../tenants/key-cache.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
 import { registerScheduleRoutes } from './routes/schedules.ts';
@@ -21,6 +22,8 @@ export interface AppDeps {
   /** The admin token secret; empty disables admin access. */
   adminToken: string;
   log: Logger;
+  /** Checked tenant keys, per isolate; built from config.keyCacheMs when absent. */
+  keyCache?: KeyCache;
 }
 
 export type App = OpenAPIHono<AppEnv>;
@@ -61,13 +64,14 @@ export function createApp(deps: AppDeps): App {
   const batchLimit = limited(MAX_BATCH_BODY_BYTES);
   const bodyLimitDefault = limited(MAX_BODY_BYTES);
   app.use('/v1/*', (c, next) => (c.req.path === '/v1/tasks/batch' ? batchLimit(c, next) : bodyLimitDefault(c, next)));
-  const tenant = requireTenant(deps.adminToken);
+  const keyCache = deps.keyCache ?? createKeyCache({ ttlMs: deps.config.keyCacheMs });
+  const tenant = requireTenant(deps.adminToken, keyCache);
   for (const path of ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues']) app.use(path, tenant);
   app.use('/v1/admin/*', requireAdmin(deps.adminToken));
   registerTaskRoutes(app, deps);
   registerScheduleRoutes(app, deps);
   registerQueueRoutes(app);
-  registerAdminRoutes(app);
+  registerAdminRoutes(app, { keyCache });
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', {
     type: 'http',

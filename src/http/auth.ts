@@ -8,7 +8,7 @@
 import type { MiddlewareHandler } from 'hono';
 import { timingSafeEqual } from '../crypto.ts';
 import { AppError } from '../errors.ts';
-import { tenantForKey } from '../tenants/keys.ts';
+import type { KeyCache } from '../tenants/key-cache.ts';
 import type { AppEnv } from './context.ts';
 
 export const TENANT_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
@@ -22,7 +22,8 @@ const unauthorized = () => new AppError('unauthorized', 'missing or invalid API 
 
 const isAdmin = (token: string, adminToken: string) => adminToken.length > 0 && timingSafeEqual(token, adminToken);
 
-export function requireTenant(adminToken: string): MiddlewareHandler<AppEnv> {
+/** `keys` checks tenant keys, trusting a checked key for a few seconds (tenants/key-cache.ts). */
+export function requireTenant(adminToken: string, keys: KeyCache): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const token = bearerToken(c.req.header('authorization'));
     if (!token) throw unauthorized();
@@ -33,7 +34,7 @@ export function requireTenant(adminToken: string): MiddlewareHandler<AppEnv> {
         throw new AppError('invalid_request', 'invalid X-Tenant header', [{ path: 'X-Tenant', message: 'a tenant name' }]);
       }
     } else {
-      tenant = await tenantForKey(c.env.db, token);
+      tenant = await keys.tenantFor(c.env.db, token);
       if (!tenant) throw unauthorized();
     }
     c.set('tenant', tenant);

@@ -6,6 +6,7 @@ import { taskTypes } from '../../functions/tasks.ts';
 import { createRegistry, type TaskHandler } from '../../src/handlers/registry.ts';
 import { createApp } from '../../src/http/app.ts';
 import { silentLogger } from '../../src/log.ts';
+import type { KeyCache } from '../../src/tenants/key-cache.ts';
 import { createOutbox, TEST_SIGNING_SECRET } from './harness.ts';
 
 export const ADMIN_TOKEN = 'node-test-admin-token';
@@ -16,13 +17,17 @@ export interface Reply {
   headers: Headers;
 }
 
-export function createTestApi(db: Db, options: { config?: Partial<Config>; handlers?: TaskHandler<never>[] } = {}) {
+export function createTestApi(
+  db: Db,
+  options: { config?: Partial<Config>; handlers?: TaskHandler<never>[]; keyCache?: KeyCache } = {},
+) {
   const config: Config = { ...defaultConfig, ...options.config };
   const app = createApp({
     config,
     registry: createRegistry([...taskTypes({ config, signingSecret: TEST_SIGNING_SECRET }), ...(options.handlers ?? [])]),
     log: silentLogger,
     adminToken: ADMIN_TOKEN,
+    keyCache: options.keyCache,
   });
   const outbox = createOutbox();
   const pending: Promise<unknown>[] = [];

@@ -1,5 +1,6 @@
 // /v1/admin: keys, fair-queuing weights and queue pauses. Admin token only.
 import { createRoute, z } from '@hono/zod-openapi';
+import type { KeyCache } from '../../tenants/key-cache.ts';
 import { revokeApiKey, setQueuePaused, setTenantWeight } from '../../db/sql/tenants.ts';
 import { notFound } from '../../errors.ts';
 import { createApiKey } from '../../tenants/keys.ts';
@@ -51,7 +52,7 @@ const keyJson = (k: { id: string; tenant: string; prefix: string; createdAt: Dat
   ...(k.key ? { key: k.key } : {}),
 });
 
-export function registerAdminRoutes(app: App): void {
+export function registerAdminRoutes(app: App, deps: { keyCache?: KeyCache } = {}): void {
   app.openapi(createKeyRoute, async (c) => {
     const created = await createApiKey(c.env.db, c.req.valid('json').tenant, c.env.now);
     c.var.log.info('api key created', { keyId: created.id, tenant: created.tenant, prefix: created.prefix });
@@ -61,6 +62,8 @@ export function registerAdminRoutes(app: App): void {
   app.openapi(revokeKeyRoute, async (c) => {
     const revoked = await revokeApiKey(c.env.db, { now: c.env.now, id: c.req.valid('param').id });
     if (!revoked) throw notFound('key');
+    // Other isolates stop trusting it within KEY_CACHE_SECONDS; this one at once.
+    deps.keyCache?.clear();
     c.var.log.info('api key revoked', { keyId: revoked.id, tenant: revoked.tenant });
     return c.json(keyJson(revoked), 200);
   });
