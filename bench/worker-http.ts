@@ -4,7 +4,7 @@
 // connection per request as in production.
 //
 // The `default` queue is paused while enqueueing: an enqueue due now kicks a
-// dispatch of its queue after answering (kickDueQueues), and with the queue
+// dispatch of its queue after answering (src/sweep/kick.ts), and with the queue
 // running that would start the local Queue consumer inside the same workerd
 // and measure draining too. Paused, the kick still runs its one claim
 // statement (which finds the queue paused and claims nothing), so the figure

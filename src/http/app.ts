@@ -11,6 +11,7 @@ import type { AppEnv } from './context.ts';
 import { onError } from './errors.ts';
 import { validationHook } from './validation.ts';
 import { createKeyCache, type KeyCache } from '../tenants/key-cache.ts';
+import { createKicker, type Kicker } from '../sweep/kick.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
 import { registerScheduleRoutes } from './routes/schedules.ts';
@@ -24,6 +25,8 @@ export interface AppDeps {
   log: Logger;
   /** Checked tenant keys, per isolate; built from config.keyCacheMs when absent. */
   keyCache?: KeyCache;
+  /** The dispatch kick after enqueues, per isolate; built from config.kickIntervalMs when absent. */
+  kicker?: Kicker;
 }
 
 export type App = OpenAPIHono<AppEnv>;
@@ -68,7 +71,7 @@ export function createApp(deps: AppDeps): App {
   const tenant = requireTenant(deps.adminToken, keyCache);
   for (const path of ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues']) app.use(path, tenant);
   app.use('/v1/admin/*', requireAdmin(deps.adminToken));
-  registerTaskRoutes(app, deps);
+  registerTaskRoutes(app, deps, deps.kicker ?? createKicker({ intervalMs: deps.config.kickIntervalMs }));
   registerScheduleRoutes(app, deps);
   registerQueueRoutes(app);
   registerAdminRoutes(app, { keyCache });

@@ -7,6 +7,7 @@ import { createRegistry, type TaskHandler } from '../../src/handlers/registry.ts
 import { createApp } from '../../src/http/app.ts';
 import { silentLogger } from '../../src/log.ts';
 import type { KeyCache } from '../../src/tenants/key-cache.ts';
+import type { Kicker } from '../../src/sweep/kick.ts';
 import { createOutbox, TEST_SIGNING_SECRET } from './harness.ts';
 
 export const ADMIN_TOKEN = 'node-test-admin-token';
@@ -19,7 +20,7 @@ export interface Reply {
 
 export function createTestApi(
   db: Db,
-  options: { config?: Partial<Config>; handlers?: TaskHandler<never>[]; keyCache?: KeyCache } = {},
+  options: { config?: Partial<Config>; handlers?: TaskHandler<never>[]; keyCache?: KeyCache; kicker?: Kicker } = {},
 ) {
   const config: Config = { ...defaultConfig, ...options.config };
   const app = createApp({
@@ -28,6 +29,7 @@ export function createTestApi(
     log: silentLogger,
     adminToken: ADMIN_TOKEN,
     keyCache: options.keyCache,
+    kicker: options.kicker,
   });
   const outbox = createOutbox();
   const pending: Promise<unknown>[] = [];

@@ -2,12 +2,13 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { getTask, listTasks } from '../../db/sql/tasks.ts';
 import { notFound } from '../../errors.ts';
-import { dispatchRunnable } from '../../sweep/sweep.ts';
+import { queuesToKick, type Kicker } from '../../sweep/kick.ts';
 import { cancelTask } from '../../tasks/cancel.ts';
 import { enqueueTasks, type EnqueueResult } from '../../tasks/enqueue.ts';
 import type { App, AppDeps } from '../app.ts';
 import { commonErrors, json, jsonBody } from './common.ts';
 import type { Invocation } from '../context.ts';
+import type { Logger } from '../../log.ts';
 import {
   ErrorSchema,
   SpentTaskSchema,
@@ -98,29 +99,21 @@ export function resultJson(r: EnqueueResult) {
   return r.outcome === 'deduplicated' ? { ...taskJson(r.task), deduplicated: true } : taskJson(r.task);
 }
 
-/**
- * Work due now should not wait for the next cron tick: claim and dispatch its
- * queues after the response, within the request's waitUntil.
- */
-export function kickDueQueues(deps: AppDeps, inv: Invocation, results: readonly EnqueueResult[], log: AppDeps['log']): void {
-  const queues = [...new Set(results.flatMap((r) => (r.task && r.outcome !== 'deduplicated' && r.task.status === 'queued' ? [r.task.queue] : [])))];
+/** Work due now should not wait for the next cron tick: kick its queues after the response (sweep/kick.ts). */
+function kickDueQueues(deps: AppDeps, kicker: Kicker, inv: Invocation, results: readonly EnqueueResult[], log: Logger): void {
+  const queues = queuesToKick(results);
   if (queues.length === 0) return;
-  inv.waitUntil(
-    dispatchRunnable(
-      { db: inv.db, config: deps.config, sender: inv.sender, log, workerId: `http:${crypto.randomUUID()}` },
-      { now: inv.now, queues },
-    ).catch((error) => log.error('dispatch after enqueue failed; the next sweep will pick it up', { error })),
-  );
+  kicker.kick({ db: inv.db, config: deps.config, sender: inv.sender, log, waitUntil: inv.waitUntil, now: inv.now }, queues);
 }
 
-export function registerTaskRoutes(app: App, deps: AppDeps): void {
+export function registerTaskRoutes(app: App, deps: AppDeps, kicker: Kicker): void {
   app.openapi(createTaskRoute, async (c) => {
     const body = c.req.valid('json');
     const [result] = await enqueueTasks({ db: c.env.db, config: deps.config, registry: deps.registry }, c.var.tenant, [toTaskInput(body)], {
       now: c.env.now,
       pathOf: () => '',
     });
-    kickDueQueues(deps, c.env, [result!], c.var.log);
+    kickDueQueues(deps, kicker, c.env, [result!], c.var.log);
     return result!.outcome === 'created' ? c.json(resultJson(result!) as never, 201) : c.json(resultJson(result!) as never, 200);
   });
 
@@ -132,7 +125,7 @@ export function registerTaskRoutes(app: App, deps: AppDeps): void {
       tasks.map(toTaskInput),
       { now: c.env.now, pathOf: (i) => `tasks.${i}` },
     );
-    kickDueQueues(deps, c.env, results, c.var.log);
+    kickDueQueues(deps, kicker, c.env, results, c.var.log);
     const body = { tasks: results.map(resultJson) };
     return results.some((r) => r.outcome === 'created') ? c.json(body as never, 201) : c.json(body as never, 200);
   });
