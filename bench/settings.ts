@@ -36,6 +36,7 @@ export const ALL_PHASES = [
   'ceiling',
   'bundle',
   'memory',
+  'transport',
 ] as const;
 export type PhaseName = (typeof ALL_PHASES)[number];
 
