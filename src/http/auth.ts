@@ -25,6 +25,9 @@ const isAdmin = (token: string, adminToken: string) => adminToken.length > 0 && 
 /** `keys` checks tenant keys, trusting a checked key for a few seconds (tenants/key-cache.ts). */
 export function requireTenant(adminToken: string, keys: KeyCache): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
+    // Registered for '/v1/tasks' and '/v1/tasks/*', and Hono matches both for
+    // POST /v1/tasks: check once, or every enqueue looks its key up twice.
+    if (c.get('tenant') !== undefined) return next();
     const token = bearerToken(c.req.header('authorization'));
     if (!token) throw unauthorized();
     let tenant: string | null;

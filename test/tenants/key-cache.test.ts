@@ -140,3 +140,14 @@ describe('round trips counted at the seam, connection set-up included', () => {
     }
   });
 });
+
+describe('without the cache (KEY_CACHE_SECONDS=0)', () => {
+  it('an enqueue checks its key once: two round trips, not three', async () => {
+    const counted = countStatements(t.db);
+    const api = createTestApi(counted.db, { keyCache: createKeyCache({ ttlMs: 0 }) });
+    const { key } = await newKey(api, 'acme');
+    counted.reset();
+    expect((await api.call('POST', '/v1/tasks', { token: key, body: { task: 'noop', delay: 3600 } })).status).toBe(201);
+    expect(counted.counts.byName).toEqual({ api_keys_find_live: 1, tasks_insert_batch: 1 });
+  });
+});
