@@ -23,6 +23,7 @@ import { createRegistry } from '../src/handlers/registry.ts';
 import { createApp } from '../src/http/app.ts';
 import { silentLogger } from '../src/log.ts';
 import { createApiKey } from '../src/tenants/keys.ts';
+import { createSigningSecretStore } from '../src/tenants/signing-secrets.ts';
 import { taskTypes } from '../functions/tasks.ts';
 import type { Ctx } from './context.ts';
 import { migrateProject, openProjectDb } from './core.ts';
@@ -67,7 +68,13 @@ async function countRoundTrips(open: Record<TransportName, () => Db>, keys: stri
   for (const [label, cacheSeconds] of [['', 5], [' (before: no key cache)', 0]] as const) {
     const config: Config = { ...defaultConfig, keyCacheMs: cacheSeconds * 1000 };
     for (const transport of Object.keys(open) as TransportName[]) {
-      const app = createApp({ config, registry: createRegistry(taskTypes({ config, signingSecret: undefined })), log: silentLogger, adminToken: 'bench-admin-token-0123456789abcdef' });
+      const app = createApp({
+        config,
+        registry: createRegistry(taskTypes({ config })),
+        log: silentLogger,
+        adminToken: 'bench-admin-token-0123456789abcdef',
+        signingSecrets: createSigningSecretStore(undefined),
+      });
       const pending: Promise<unknown>[] = [];
       const request = async (method: string, path: string, body?: unknown) => {
         const db = countStatements(open[transport]());

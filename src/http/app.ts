@@ -6,16 +6,21 @@ import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import type { Logger } from '../log.ts';
+import type { SigningSecretStore } from '../tenants/signing-secrets.ts';
 import { requireAdmin, requireTenant } from './auth.ts';
 import type { AppEnv } from './context.ts';
 import { onError } from './errors.ts';
+import { refuseHostileJson } from './hostile-json.ts';
 import { validationHook } from './validation.ts';
 import { createKeyCache, type KeyCache } from '../tenants/key-cache.ts';
 import { createKicker, type Kicker } from '../sweep/kick.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
+import { registerReplayRoutes } from './routes/replay.ts';
 import { registerScheduleRoutes } from './routes/schedules.ts';
+import { registerSigningSecretRoutes } from './routes/signing-secret.ts';
 import { registerTaskRoutes } from './routes/tasks.ts';
+import { registerTriggerRoutes } from './routes/trigger.ts';
 
 export interface AppDeps {
   config: Config;
@@ -27,6 +32,8 @@ export interface AppDeps {
   keyCache?: KeyCache;
   /** The dispatch kick after enqueues, per isolate; built from config.kickIntervalMs when absent. */
   kicker?: Kicker;
+  /** The tenants' webhook signing secrets (GET /v1/signing-secret). */
+  signingSecrets: SigningSecretStore;
 }
 
 export type App = OpenAPIHono<AppEnv>;
@@ -35,7 +42,13 @@ export type App = OpenAPIHono<AppEnv>;
 export const MAX_BODY_BYTES = 1024 * 1024;
 export const MAX_BATCH_BODY_BYTES = 10 * 1024 * 1024;
 
-export function createApp(deps: AppDeps): App {
+export function createApp(appDeps: AppDeps): App {
+  // Per isolate (the app is built once per isolate): the key cache and the kicker.
+  const deps: AppDeps = {
+    ...appDeps,
+    keyCache: appDeps.keyCache ?? createKeyCache({ ttlMs: appDeps.config.keyCacheMs }),
+    kicker: appDeps.kicker ?? createKicker({ intervalMs: appDeps.config.kickIntervalMs }),
+  };
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
   app.use('*', async (c, next) => {
@@ -67,14 +80,20 @@ export function createApp(deps: AppDeps): App {
   const batchLimit = limited(MAX_BATCH_BODY_BYTES);
   const bodyLimitDefault = limited(MAX_BODY_BYTES);
   app.use('/v1/*', (c, next) => (c.req.path === '/v1/tasks/batch' ? batchLimit(c, next) : bodyLimitDefault(c, next)));
-  const keyCache = deps.keyCache ?? createKeyCache({ ttlMs: deps.config.keyCacheMs });
+  const keyCache = deps.keyCache!;
   const tenant = requireTenant(deps.adminToken, keyCache);
-  for (const path of ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues']) app.use(path, tenant);
+  const tenantPaths = ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues', '/v1/signing-secret', '/v1/signing-secret/*'];
+  for (const path of tenantPaths) app.use(path, tenant);
   app.use('/v1/admin/*', requireAdmin(deps.adminToken));
-  registerTaskRoutes(app, deps, deps.kicker ?? createKicker({ intervalMs: deps.config.kickIntervalMs }));
+  // After authentication (a 401 first), before validation and every statement.
+  app.use('/v1/*', refuseHostileJson());
+  registerTaskRoutes(app, deps);
+  registerReplayRoutes(app, deps);
   registerScheduleRoutes(app, deps);
+  registerTriggerRoutes(app, deps);
   registerQueueRoutes(app);
-  registerAdminRoutes(app, { keyCache });
+  registerSigningSecretRoutes(app, deps);
+  registerAdminRoutes(app, deps, keyCache);
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', {
     type: 'http',

@@ -8,6 +8,7 @@ import { createApp } from '../../src/http/app.ts';
 import { silentLogger } from '../../src/log.ts';
 import type { KeyCache } from '../../src/tenants/key-cache.ts';
 import type { Kicker } from '../../src/sweep/kick.ts';
+import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
 import { createOutbox, TEST_SIGNING_SECRET } from './harness.ts';
 
 export const ADMIN_TOKEN = 'node-test-admin-token';
@@ -25,11 +26,12 @@ export function createTestApi(
   const config: Config = { ...defaultConfig, ...options.config };
   const app = createApp({
     config,
-    registry: createRegistry([...taskTypes({ config, signingSecret: TEST_SIGNING_SECRET }), ...(options.handlers ?? [])]),
+    registry: createRegistry([...taskTypes({ config }), ...(options.handlers ?? [])]),
     log: silentLogger,
     adminToken: ADMIN_TOKEN,
     keyCache: options.keyCache,
     kicker: options.kicker,
+    signingSecrets: createSigningSecretStore(TEST_SIGNING_SECRET),
   });
   const outbox = createOutbox();
   const pending: Promise<unknown>[] = [];

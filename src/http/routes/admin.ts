@@ -1,11 +1,12 @@
 // /v1/admin: keys, fair-queuing weights and queue pauses. Admin token only.
 import { createRoute, z } from '@hono/zod-openapi';
 import type { KeyCache } from '../../tenants/key-cache.ts';
-import { revokeApiKey, setQueuePaused, setTenantWeight } from '../../db/sql/tenants.ts';
+import { revokeApiKey, setQueuePaused, setTenantQuotas, setTenantWeight } from '../../db/sql/tenants.ts';
 import { notFound } from '../../errors.ts';
 import { createApiKey } from '../../tenants/keys.ts';
-import type { App } from '../app.ts';
-import { ApiKeySchema, IdParam, KeyCreateSchema, QueueName, QueuePauseSchema, TenantName, TenantWeightSchema } from '../schemas.ts';
+import { effectiveQuotas } from '../../tenants/quotas.ts';
+import type { App, AppDeps } from '../app.ts';
+import { ApiKeySchema, IdParam, KeyCreateSchema, QueueName, QueuePauseSchema, TenantName, TenantSetSchema, TenantWeightSchema } from '../schemas.ts';
 import { commonErrors, json, jsonBody, notFoundError } from './common.ts';
 
 const createKeyRoute = createRoute({
@@ -27,10 +28,10 @@ const revokeKeyRoute = createRoute({
 const putTenantRoute = createRoute({
   method: 'put',
   path: '/v1/admin/tenants/{tenant}',
-  summary: "Set a tenant's weight in a queue",
+  summary: "Set a tenant's weight in a queue, its quotas, or both",
   request: { params: z.object({ tenant: TenantName.openapi({ param: { name: 'tenant', in: 'path' } }) }), ...jsonBody(TenantWeightSchema) },
   responses: {
-    200: json(z.object({ tenant: z.string(), queue: z.string(), weight: z.number() }).openapi('TenantWeightSet'), 'Set'),
+    200: json(TenantSetSchema, 'Set'),
     ...commonErrors,
   },
 });
@@ -52,7 +53,8 @@ const keyJson = (k: { id: string; tenant: string; prefix: string; createdAt: Dat
   ...(k.key ? { key: k.key } : {}),
 });
 
-export function registerAdminRoutes(app: App, deps: { keyCache?: KeyCache } = {}): void {
+/** `keyCache`: this isolate's checked keys, forgotten when a key is revoked. */
+export function registerAdminRoutes(app: App, { config }: AppDeps, keyCache?: KeyCache): void {
   app.openapi(createKeyRoute, async (c) => {
     const created = await createApiKey(c.env.db, c.req.valid('json').tenant, c.env.now);
     c.var.log.info('api key created', { keyId: created.id, tenant: created.tenant, prefix: created.prefix });
@@ -63,15 +65,20 @@ export function registerAdminRoutes(app: App, deps: { keyCache?: KeyCache } = {}
     const revoked = await revokeApiKey(c.env.db, { now: c.env.now, id: c.req.valid('param').id });
     if (!revoked) throw notFound('key');
     // Other isolates stop trusting it within KEY_CACHE_SECONDS; this one at once.
-    deps.keyCache?.clear();
+    keyCache?.clear();
     c.var.log.info('api key revoked', { keyId: revoked.id, tenant: revoked.tenant });
     return c.json(keyJson(revoked), 200);
   });
 
   app.openapi(putTenantRoute, async (c) => {
-    const { queue, weight } = c.req.valid('json');
-    const set = await setTenantWeight(c.env.db, { queue: queue ?? 'default', tenant: c.req.valid('param').tenant, weight });
-    return c.json(set, 200);
+    const { queue, weight, quotas } = c.req.valid('json');
+    const tenant = c.req.valid('param').tenant;
+    const [set, stored] = await Promise.all([
+      weight !== undefined ? setTenantWeight(c.env.db, { queue: queue ?? 'default', tenant, weight }) : null,
+      quotas !== undefined ? setTenantQuotas(c.env.db, { tenant, quotas }) : null,
+    ]);
+    if (stored) c.var.log.info('tenant quotas set', { tenant, quotas });
+    return c.json({ ...(set ?? { tenant }), ...(stored ? { quotas: effectiveQuotas(stored, config) } : {}) }, 200);
   });
 
   app.openapi(putQueueRoute, async (c) => {

@@ -2,11 +2,12 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { getTask, listTasks } from '../../db/sql/tasks.ts';
 import { notFound } from '../../errors.ts';
-import { queuesToKick, type Kicker } from '../../sweep/kick.ts';
+import { queuesToKick } from '../../sweep/kick.ts';
 import { cancelTask } from '../../tasks/cancel.ts';
 import { enqueueTasks, type EnqueueResult } from '../../tasks/enqueue.ts';
 import type { App, AppDeps } from '../app.ts';
-import { commonErrors, json, jsonBody } from './common.ts';
+import { commonErrors, conflictError, json, jsonBody, quotaError } from './common.ts';
+import { isStorableText } from '../hostile-json.ts';
 import type { Invocation } from '../context.ts';
 import type { Logger } from '../../log.ts';
 import {
@@ -33,7 +34,9 @@ const createTaskRoute = createRoute({
     201: json(TaskSchema, 'Created'),
     200: json(z.union([TaskSchema, SpentTaskSchema]), 'Idempotency key seen: rescheduled while waiting, or deduplicated once spent'),
     ...commonErrors,
+    ...conflictError('The idempotency key is held by a task of another task type or queue'),
     413: json(ErrorSchema, 'Body too large'),
+    ...quotaError('maxPendingTasks'),
   },
 });
 
@@ -62,7 +65,16 @@ const cancelTaskByKeyRoute = createRoute({
   method: 'delete',
   path: '/v1/tasks/by-key/{idempotencyKey}',
   summary: 'Cancel a task by its idempotency key',
-  request: { params: z.object({ idempotencyKey: z.string().min(1).max(256).openapi({ param: { name: 'idempotencyKey', in: 'path' } }) }) },
+  request: {
+    params: z.object({
+      idempotencyKey: z
+        .string()
+        .min(1)
+        .max(256)
+        .refine(isStorableText, 'no NUL (\\u0000) or lone surrogates')
+        .openapi({ param: { name: 'idempotencyKey', in: 'path' } }),
+    }),
+  },
   responses: {
     200: json(TaskSchema, 'Cancelled (or already cancelled)'),
     ...commonErrors,
@@ -80,7 +92,9 @@ const createTaskBatchRoute = createRoute({
     201: json(z.object({ tasks: z.array(z.union([TaskSchema, SpentTaskSchema])) }).openapi('TaskBatchResult'), 'Written, in input order'),
     200: json(z.object({ tasks: z.array(z.union([TaskSchema, SpentTaskSchema])) }), 'Every item hit an existing idempotency key'),
     ...commonErrors,
+    ...conflictError('An idempotency key is held by a task of another task type or queue'),
     413: json(ErrorSchema, 'Body or a payload too large'),
+    ...quotaError('maxPendingTasks; the whole batch is refused'),
   },
 });
 
@@ -99,21 +113,25 @@ export function resultJson(r: EnqueueResult) {
   return r.outcome === 'deduplicated' ? { ...taskJson(r.task), deduplicated: true } : taskJson(r.task);
 }
 
-/** Work due now should not wait for the next cron tick: kick its queues after the response (sweep/kick.ts). */
-function kickDueQueues(deps: AppDeps, kicker: Kicker, inv: Invocation, results: readonly EnqueueResult[], log: Logger): void {
+/**
+ * Work due now should not wait for the next cron tick: kick its queues after
+ * the response (sweep/kick.ts: debounced per isolate and queue, and leaving at
+ * once when another claim of the queue is at work).
+ */
+export function kickDueQueues(deps: AppDeps, inv: Invocation, results: readonly EnqueueResult[], log: Logger): void {
   const queues = queuesToKick(results);
-  if (queues.length === 0) return;
-  kicker.kick({ db: inv.db, config: deps.config, sender: inv.sender, log, waitUntil: inv.waitUntil, now: inv.now }, queues);
+  if (queues.length === 0 || !deps.kicker) return;
+  deps.kicker.kick({ db: inv.db, config: deps.config, sender: inv.sender, log, waitUntil: inv.waitUntil, now: inv.now }, queues);
 }
 
-export function registerTaskRoutes(app: App, deps: AppDeps, kicker: Kicker): void {
+export function registerTaskRoutes(app: App, deps: AppDeps): void {
   app.openapi(createTaskRoute, async (c) => {
     const body = c.req.valid('json');
     const [result] = await enqueueTasks({ db: c.env.db, config: deps.config, registry: deps.registry }, c.var.tenant, [toTaskInput(body)], {
       now: c.env.now,
       pathOf: () => '',
     });
-    kickDueQueues(deps, kicker, c.env, [result!], c.var.log);
+    kickDueQueues(deps, c.env, [result!], c.var.log);
     return result!.outcome === 'created' ? c.json(resultJson(result!) as never, 201) : c.json(resultJson(result!) as never, 200);
   });
 
@@ -125,7 +143,7 @@ export function registerTaskRoutes(app: App, deps: AppDeps, kicker: Kicker): voi
       tasks.map(toTaskInput),
       { now: c.env.now, pathOf: (i) => `tasks.${i}` },
     );
-    kickDueQueues(deps, kicker, c.env, results, c.var.log);
+    kickDueQueues(deps, c.env, results, c.var.log);
     const body = { tasks: results.map(resultJson) };
     return results.some((r) => r.outcome === 'created') ? c.json(body as never, 201) : c.json(body as never, 200);
   });
