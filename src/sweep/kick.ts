@@ -51,6 +51,13 @@ interface QueueState {
 /** Rounds one kick may run before leaving the rest to the sweep. */
 export const MAX_KICK_ROUNDS = 20;
 
+/**
+ * A kick whose round started longer ago than this is presumed gone (its
+ * invocation's waitUntil was cut off, so it will never report back): the next
+ * enqueue starts a new one instead of waiting on it forever.
+ */
+export const STALE_KICK_MS = 30_000;
+
 export function createKicker(options: {
   intervalMs: number;
   clock?: () => number;
@@ -110,7 +117,7 @@ export function createKicker(options: {
           state = { running: false, again: false, lastStart: -Infinity };
           states.set(queue, state);
         }
-        if (state.running) {
+        if (state.running && clock() - state.lastStart < STALE_KICK_MS) {
           // The running kick serves this request too, on its own invocation's
           // connection and bindings; only the clock override is the latest.
           state.again = true;

@@ -5,7 +5,10 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { claimTasks } from '../../src/db/sql/tasks.ts';
 import { setQueuePaused } from '../../src/db/sql/tenants.ts';
 import { countStatements } from '../../src/db/seam.ts';
-import { createKicker } from '../../src/sweep/kick.ts';
+import { createKicker, STALE_KICK_MS } from '../../src/sweep/kick.ts';
+import { defaultConfig } from '../../src/config.ts';
+import { silentLogger } from '../../src/log.ts';
+import type { Db } from '../../src/db/seam.ts';
 import { T0, resetTables, useTestDatabase } from '../helpers/db.ts';
 import { createTestApi } from '../helpers/http.ts';
 
@@ -99,5 +102,30 @@ describe('the dispatch kick', () => {
     expect(done.at(-1)).toMatchObject({ claimed: 1 });
     expect(done.at(-1)!.busy).toBeGreaterThanOrEqual(1);
     expect(api.outbox.messages.map((m) => m.body.id)).toEqual([r.body.id]);
+  });
+});
+
+describe('a kick that never reports back', () => {
+  it('is presumed gone after STALE_KICK_MS and the next enqueue starts a new one', async () => {
+    let clock = 1_000_000;
+    const done: unknown[] = [];
+    const kicker = createKicker({ intervalMs: 0, clock: () => clock, onDone: (_, c) => done.push(c) });
+    // The first kick's invocation hangs forever (its waitUntil was cut off).
+    const hung: Db = { ...t.db, query: () => new Promise(() => {}), transaction: () => new Promise(() => {}) };
+    const api = createTestApi(t.db, { kicker });
+    const first = await api.admin('POST', '/v1/tasks', { tenant: 'acme', body: { task: 'noop' } });
+    expect(first.status).toBe(201);
+    kicker.kick({ db: hung, config: defaultConfig, sender: api.outbox, log: silentLogger, waitUntil: () => {} }, ['other']);
+    // Within the bound a second request only marks the hung kick to run again...
+    clock += STALE_KICK_MS - 1;
+    const pending: Promise<unknown>[] = [];
+    kicker.kick({ db: t.db, config: defaultConfig, sender: api.outbox, log: silentLogger, waitUntil: (p) => pending.push(p) }, ['other']);
+    expect(pending).toHaveLength(0);
+    // ...past it, it starts a kick of its own.
+    clock += 1;
+    kicker.kick({ db: t.db, config: defaultConfig, sender: api.outbox, log: silentLogger, waitUntil: (p) => pending.push(p) }, ['other']);
+    expect(pending).toHaveLength(1);
+    await Promise.all(pending);
+    expect(done).toHaveLength(1);
   });
 });
