@@ -232,7 +232,7 @@ export async function projectLatency(ctx: Ctx): Promise<LatencyResult> {
       BENCH_TENANT,
       due.map((runAt) => ({ task: 'bench-probe', payload: { runAt }, runAt: new Date(runAt) })),
     );
-    // What POST /v1/tasks/batch does after answering (kickDueQueues): work
+    // What POST /v1/tasks/batch does after answering (src/sweep/kick.ts): work
     // due within the look-ahead is born queued, so it is claimed and sent
     // with delaySeconds now rather than at the next tick.
     const { log } = benchLogger('project latency kick');

@@ -32,6 +32,7 @@ import { fmt1, fmt2, fmtInt, range, ratio, renderTable, verdict, x, type Row } f
 import { ignoreTerminatedConnections, root, startProxyProcess, startServer } from './server.ts';
 import { readSettings, type Settings, type SystemName } from './settings.ts';
 import { progress, repeat, summarize, type Summary } from './stats.ts';
+import { runTransport, type RouteTrips, type TransportResult } from './transport.ts';
 import { httpEnqueue, startWorkerDev, type HttpRate } from './worker-http.ts';
 
 ignoreTerminatedConnections();
@@ -301,6 +302,11 @@ try {
       F.memory = JSON.parse(out.trim().split('\n').at(-1)!);
     });
   }
+  if (phase('transport') && has('project')) {
+    await attempt('transport', async () => {
+      F.transport = await runTransport(ctx);
+    });
+  }
 } finally {
   await proxy.stop();
   await server.stop();
@@ -476,6 +482,38 @@ if (phase('memory')) {
     target: 'reported',
     verdict: '',
   });
+}
+
+const tr = get<TransportResult>('transport');
+if (phase('transport') && tr && !tr.skipped) {
+  const trips = (r: Record<string, RouteTrips>) =>
+    (['neon', 'hyperdrive'] as const).map((t) => `${t} ${r[t] ? `${r[t]!.statements}+${r[t]!.connects}c` : 'n/a'}`).join(', ');
+  for (const [route, r] of Object.entries(tr.roundTrips)) {
+    rows.push({ workload: `9. round trips ${route} (statements + connections)`, project: trips(r), pgboss: '', graphile: '', target: 'enqueue/get/cancel: 1', verdict: '' });
+  }
+  const lat = (t: 'neon' | 'hyperdrive') => (tr.latency[t] ? `p50 ${fmt1(tr.latency[t].p50)} ms, p99 ${fmt1(tr.latency[t].p99)} ms` : 'n/a');
+  rows.push({
+    workload: `9. enqueue latency, ${tr.roundTripMs} ms RTT to the database (wrangler dev)`,
+    project: `WebSocket: ${lat('neon')}; Hyperdrive stand-in: ${lat('hyperdrive')}`,
+    pgboss: '',
+    graphile: '',
+    target: `Hyperdrive p50 <= ${tr.roundTripMs + 15} ms`,
+    verdict: verdict(tr.latency.hyperdrive ? tr.latency.hyperdrive.p50 <= tr.roundTripMs + 15 : undefined),
+  });
+  const thr = (t: 'neon' | 'hyperdrive') =>
+    tr.throughput[t]
+      ? `${fmt2(tr.throughput[t].oneTenantRatio)}x / ${fmt2(tr.throughput[t].tenTenantsRatio)}x (${fmtInt(tr.throughput[t].oneTenantRps)} / ${fmtInt(tr.throughput[t].tenTenantsRps)} vs ${fmtInt(tr.throughput[t].noDbRps)}/s)`
+      : 'n/a';
+  rows.push({
+    workload: '9. single enqueue at 10 concurrent vs no-db route (1 tenant / 10 tenants)',
+    project: `WebSocket: ${thr('neon')}; Hyperdrive stand-in: ${thr('hyperdrive')}`,
+    pgboss: '',
+    graphile: '',
+    target: '>= 0.6x',
+    verdict: verdict(tr.throughput.hyperdrive ? tr.throughput.hyperdrive.oneTenantRatio >= 0.6 : undefined),
+  });
+} else if (phase('transport') && tr?.skipped) {
+  rows.push({ workload: '9. transports', project: tr.skipped, pgboss: '', graphile: '', target: '', verdict: '' });
 }
 
 results.durationSeconds = Math.round((Date.now() - began) / 1000);

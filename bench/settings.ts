@@ -37,6 +37,7 @@ export const ALL_PHASES = [
   'bundle',
   'memory',
   'metrics',
+  'transport',
 ] as const;
 export type PhaseName = (typeof ALL_PHASES)[number];
 

@@ -17,7 +17,7 @@ const DEFAULT_DEAD_LETTER_QUEUE = 'edge-scheduler-tasks-dlq';
 
 export async function handleQueue(batch: MessageBatch<TaskMessage>, env: Env, _ctx: ExecutionContext): Promise<void> {
   const { config, registry, log, signingSecrets } = sharedFor(env);
-  const db = openDb(env);
+  const db = openDb(env, 'consumer');
   try {
     const settle = (index: number, verdict: 'ack' | 'retry') => {
       const m = batch.messages[index]!;

@@ -2,6 +2,10 @@
 //   embedded Postgres (data under .data/, kept across restarts) unless
 //   DATABASE_URL is set -> migrations -> the WebSocket proxy -> wrangler dev
 //   -> the dashboard's build -> a ticker firing the cron handler every few seconds.
+// The Worker reaches Postgres the way production should: `pg` through a
+// HYPERDRIVE binding, here in Hyperdrive's local mode (workerd opens a TCP
+// socket to the database). DATABASE_TRANSPORT=neon runs the Neon driver over
+// the WebSocket proxy instead, as a deployment without Hyperdrive does.
 // Prints the URL and the admin token once /healthz answers; Ctrl-C (SIGINT or
 // SIGTERM) stops every child and Postgres.
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -23,6 +27,28 @@ const say = (line: string) => console.log(`[start] ${line}`);
 const port = Number(process.env.PORT ?? 8787);
 const tickSeconds = Number(process.env.TICK_SECONDS ?? 5);
 const allowPrivate = process.env.ALLOW_PRIVATE_TARGETS ?? 'true';
+const transport = process.env.DATABASE_TRANSPORT === 'neon' ? 'neon' : 'hyperdrive';
+
+/** Hyperdrive's local mode needs a password in the string, even under trust auth. */
+function withPassword(url: string): string {
+  const u = new URL(url);
+  if (!u.password) u.password = 'unused';
+  return u.toString();
+}
+
+/**
+ * wrangler.toml plus a HYPERDRIVE binding, for wrangler dev only. The binding's
+ * local connection string comes from the environment
+ * (CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE), so no database
+ * address is written into a config file.
+ */
+async function hyperdriveConfig(): Promise<string> {
+  const base = await readFile(`${root}wrangler.toml`, 'utf8');
+  const file = `${dataDir}/wrangler.local.toml`;
+  const local = base.replace(/^main = "([^"]+)"/m, (_, main: string) => `main = "../${main}"`);
+  await writeFile(file, `${local}\n# Added by npm start: Hyperdrive's local mode.\n[[hyperdrive]]\nbinding = "HYPERDRIVE"\nid = "local"\n`);
+  return file;
+}
 
 interface LocalSecrets {
   adminToken: string;
@@ -145,12 +171,14 @@ async function main(): Promise<void> {
     await buildDashboard();
 
     const url = `http://127.0.0.1:${port}`;
-    say(`starting wrangler dev on ${url}`);
+    const configArgs = transport === 'hyperdrive' ? ['--config', await hyperdriveConfig()] : [];
+    say(`starting wrangler dev on ${url} (database transport: ${transport})`);
     wrangler = spawn(
       process.execPath,
       [
         `${root}node_modules/wrangler/bin/wrangler.js`,
         'dev',
+        ...configArgs,
         '--ip', '127.0.0.1',
         '--port', String(port),
         '--test-scheduled',
@@ -162,7 +190,12 @@ async function main(): Promise<void> {
         cwd: root,
         detached: true,
         stdio: ['ignore', 'inherit', 'inherit'],
-        env: { ...process.env, WRANGLER_SEND_METRICS: 'false', CLOUDFLARE_SEND_METRICS: 'false' },
+        env: {
+          ...process.env,
+          WRANGLER_SEND_METRICS: 'false',
+          CLOUDFLARE_SEND_METRICS: 'false',
+          ...(transport === 'hyperdrive' ? { CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: withPassword(databaseUrl) } : {}),
+        },
       },
     );
     wrangler.on('exit', (code) => {

@@ -54,6 +54,22 @@ const ConfigSchema = z.object({
   MAX_PAYLOAD_BYTES: int(1, 1024 * 1024).default(256 * 1024),
   /** Lets the built-in http task reach private, loopback and link-local addresses, on any port. */
   ALLOW_PRIVATE_TARGETS: bool.default(false),
+  /** Longest wait for a database connection (socket, start-up, auth); past it, 503 database_unavailable. */
+  DB_CONNECT_TIMEOUT_MS: int(100, 60_000).default(5_000),
+  /** Longest wait for one statement's answer in an HTTP request; past it, 503 database_unavailable. */
+  DB_STATEMENT_TIMEOUT_MS: int(100, 120_000).default(10_000),
+  /** The same for the sweep, whose batches are larger; stays under its time budget. */
+  SWEEP_STATEMENT_TIMEOUT_MS: int(100, 900_000).default(15_000),
+  /** The same for the consumer; past it the batch is retried by the Queue. */
+  CONSUMER_STATEMENT_TIMEOUT_MS: int(100, 120_000).default(10_000),
+  /**
+   * How long an isolate trusts a tenant key it has checked (seconds, at most
+   * 5): a revoked key stops working everywhere within this bound. 0 checks
+   * every request against the database.
+   */
+  KEY_CACHE_SECONDS: z.coerce.number().min(0).max(5).default(5),
+  /** An isolate kicks dispatch of one queue at most once per this many ms after enqueues. */
+  KICK_INTERVAL_MS: int(0, 10_000).default(250),
   /** Default quota: most pending (scheduled + queued + running) tasks one tenant may hold. */
   QUOTA_MAX_PENDING_TASKS: int(0, 100_000_000).default(1_000_000),
   /** Default quota: most schedules one tenant may define. */
@@ -92,6 +108,12 @@ export interface Config {
   defaultBackoffMaxMs: number;
   maxPayloadBytes: number;
   allowPrivateTargets: boolean;
+  dbConnectTimeoutMs: number;
+  dbStatementTimeoutMs: number;
+  sweepStatementTimeoutMs: number;
+  consumerStatementTimeoutMs: number;
+  keyCacheMs: number;
+  kickIntervalMs: number;
   quotaMaxPendingTasks: number;
   quotaMaxSchedules: number;
   quotaMinScheduleIntervalSeconds: number;
@@ -133,6 +155,12 @@ export function readConfig(vars: Record<string, unknown>): Config {
     defaultBackoffMaxMs: Math.round(v.DEFAULT_BACKOFF_MAX_SECONDS * 1000),
     maxPayloadBytes: v.MAX_PAYLOAD_BYTES,
     allowPrivateTargets: v.ALLOW_PRIVATE_TARGETS,
+    dbConnectTimeoutMs: v.DB_CONNECT_TIMEOUT_MS,
+    dbStatementTimeoutMs: v.DB_STATEMENT_TIMEOUT_MS,
+    sweepStatementTimeoutMs: v.SWEEP_STATEMENT_TIMEOUT_MS,
+    consumerStatementTimeoutMs: v.CONSUMER_STATEMENT_TIMEOUT_MS,
+    keyCacheMs: Math.round(v.KEY_CACHE_SECONDS * 1000),
+    kickIntervalMs: v.KICK_INTERVAL_MS,
     quotaMaxPendingTasks: v.QUOTA_MAX_PENDING_TASKS,
     quotaMaxSchedules: v.QUOTA_MAX_SCHEDULES,
     quotaMinScheduleIntervalSeconds: v.QUOTA_MIN_SCHEDULE_INTERVAL_SECONDS,

@@ -13,6 +13,8 @@ import type { AppEnv } from './context.ts';
 import { onError } from './errors.ts';
 import { refuseHostileJson } from './hostile-json.ts';
 import { validationHook } from './validation.ts';
+import { createKeyCache, type KeyCache } from '../tenants/key-cache.ts';
+import { createKicker, type Kicker } from '../sweep/kick.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerMetricsRoute } from './routes/metrics.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
@@ -29,6 +31,10 @@ export interface AppDeps {
   /** The admin token secret; empty, or shorter than 32 characters, disables admin access. */
   adminToken: string;
   log: Logger;
+  /** Checked tenant keys, per isolate; built from config.keyCacheMs when absent. */
+  keyCache?: KeyCache;
+  /** The dispatch kick after enqueues, per isolate; built from config.kickIntervalMs when absent. */
+  kicker?: Kicker;
   /** The tenants' webhook signing secrets (GET /v1/signing-secret). */
   signingSecrets: SigningSecretStore;
 }
@@ -39,7 +45,13 @@ export type App = OpenAPIHono<AppEnv>;
 export const MAX_BODY_BYTES = 1024 * 1024;
 export const MAX_BATCH_BODY_BYTES = 10 * 1024 * 1024;
 
-export function createApp(deps: AppDeps): App {
+export function createApp(appDeps: AppDeps): App {
+  // Per isolate (the app is built once per isolate): the key cache and the kicker.
+  const deps: AppDeps = {
+    ...appDeps,
+    keyCache: appDeps.keyCache ?? createKeyCache({ ttlMs: appDeps.config.keyCacheMs }),
+    kicker: appDeps.kicker ?? createKicker({ intervalMs: appDeps.config.kickIntervalMs }),
+  };
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
   app.use('*', async (c, next) => {
@@ -60,7 +72,7 @@ export function createApp(deps: AppDeps): App {
 
   app.get('/healthz', async (c) => {
     await c.env.db.query('select 1');
-    return c.json({ ok: true });
+    return c.json({ ok: true, transport: c.env.db.transport ?? 'neon' });
   });
 
   // Bodies past the cap are refused with 413 before they are parsed.
@@ -75,13 +87,14 @@ export function createApp(deps: AppDeps): App {
   const bodyLimitDefault = limited(MAX_BODY_BYTES);
   app.use('/v1/*', (c, next) => (c.req.path === '/v1/tasks/batch' ? batchLimit(c, next) : bodyLimitDefault(c, next)));
   const adminToken = usableAdminToken(deps.adminToken, deps.log);
-  const tenant = requireTenant(adminToken);
+  const keyCache = deps.keyCache!;
+  const tenant = requireTenant(adminToken, keyCache);
   const tenantPaths = [
     '/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues',
     '/v1/signing-secret', '/v1/signing-secret/*', '/v1/stats/*',
   ];
   for (const path of tenantPaths) app.use(path, tenant);
-  app.use('/metrics', requireCaller(adminToken));
+  app.use('/metrics', requireCaller(adminToken, keyCache));
   app.use('/v1/admin/*', requireAdmin(adminToken));
   // After authentication (a 401 first), before validation and every statement.
   app.use('/v1/*', refuseHostileJson());
@@ -91,7 +104,7 @@ export function createApp(deps: AppDeps): App {
   registerTriggerRoutes(app, deps);
   registerQueueRoutes(app);
   registerSigningSecretRoutes(app, deps);
-  registerAdminRoutes(app, deps);
+  registerAdminRoutes(app, deps, keyCache);
   registerStatsRoutes(app);
   registerMetricsRoute(app, deps);
 

@@ -88,15 +88,20 @@ export const QUEUE_SEND_LIMIT = 100;
 
 /** Claims one batch of a queue, sends it (in chunks the Queue accepts), marks it dispatched. */
 async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts> {
-  const { db, config, log } = deps;
-  const faults = deps.faults ?? noFaults;
-  const claimed: ClaimedTask[] = await claimTasks(db, {
+  const claimed: ClaimedTask[] = await claimTasks(deps.db, {
     now,
     queue,
-    limit: config.sweepBatchSize,
+    limit: deps.config.sweepBatchSize,
     claimedBy: deps.workerId,
-    leaseSeconds: config.claimLeaseSeconds,
+    leaseSeconds: deps.config.claimLeaseSeconds,
   });
+  return sendClaimed(deps, queue, claimed, now);
+}
+
+/** Sends claimed tasks to the Queue and marks them dispatched; on a failed send, gives the claims back. */
+export async function sendClaimed(deps: SweepDeps, queue: string, claimed: ClaimedTask[], now?: Date): Promise<DispatchCounts> {
+  const { db, config, log } = deps;
+  const faults = deps.faults ?? noFaults;
   const counts: DispatchCounts = { claimed: claimed.length, dispatched: 0, released: 0, lost: 0 };
   if (claimed.length === 0) return counts;
   await faults('sweep.after_claim', { queue, ids: claimed.map((c) => c.id) });

@@ -35,7 +35,7 @@ beforeAll(async () => {
 
 describe('the client, over every route', () => {
   it('health', async () => {
-    expect(await acme.health()).toEqual({ ok: true });
+    expect(await acme.health()).toEqual({ ok: true, transport: env.EXPECTED_TRANSPORT });
   });
 
   it('tasks: enqueue, deduplicate, batch, get, list, iterate, cancel', async () => {

@@ -9,5 +9,9 @@ declare namespace Cloudflare {
     DATABASE_WS_PROXY: string;
     SIGNING_SECRET: string;
     RECEIVER_URL: string;
+    /** `host:port` of a server that accepts connections and never answers. */
+    HUNG_ADDRESS: string;
+    /** The transport this project runs over: `neon` or `hyperdrive`. */
+    EXPECTED_TRANSPORT: 'neon' | 'hyperdrive';
   }
 }

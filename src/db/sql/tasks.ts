@@ -120,7 +120,14 @@ const tasksInsertBatch = sql(
                        where s.tenant = $2::text and s.idempotency_key = i.idempotency_key)
    ),
    known_queues as (
-     insert into queues (name) select distinct queue from input order by queue on conflict do nothing
+     -- Only names not seen yet: ON CONFLICT on an existing row waits for any
+     -- transaction updating it (a claim advancing vclock), which made every
+     -- enqueue queue behind in-flight claims; a plain read does not wait.
+     insert into queues (name)
+     select distinct i.queue from input i
+     where not exists (select 1 from queues q where q.name = i.queue)
+     order by i.queue
+     on conflict do nothing
    ),
    runnable_counts as (
      select queue, count(*)::double precision as n from input where runnable group by queue

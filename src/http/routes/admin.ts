@@ -1,5 +1,6 @@
 // /v1/admin: keys, fair-queuing weights and queue pauses. Admin token only.
 import { createRoute, z } from '@hono/zod-openapi';
+import type { KeyCache } from '../../tenants/key-cache.ts';
 import { listApiKeys, listKnownTenants, revokeApiKey, setQueuePaused, setTenantQuotas, setTenantWeight } from '../../db/sql/tenants.ts';
 import { notFound } from '../../errors.ts';
 import { createApiKey } from '../../tenants/keys.ts';
@@ -73,7 +74,8 @@ const keyJson = (k: { id: string; tenant: string; prefix: string; createdAt: Dat
   ...(k.key ? { key: k.key } : {}),
 });
 
-export function registerAdminRoutes(app: App, { config }: AppDeps): void {
+/** `keyCache`: this isolate's checked keys, forgotten when a key is revoked. */
+export function registerAdminRoutes(app: App, { config }: AppDeps, keyCache?: KeyCache): void {
   app.openapi(listTenantsRoute, async (c) => {
     return c.json({ tenants: await listKnownTenants(c.env.db, { limit: c.req.valid('query').limit }) }, 200);
   });
@@ -92,6 +94,8 @@ export function registerAdminRoutes(app: App, { config }: AppDeps): void {
   app.openapi(revokeKeyRoute, async (c) => {
     const revoked = await revokeApiKey(c.env.db, { now: c.env.now, id: c.req.valid('param').id });
     if (!revoked) throw notFound('key');
+    // Other isolates stop trusting it within KEY_CACHE_SECONDS; this one at once.
+    keyCache?.clear();
     c.var.log.info('api key revoked', { keyId: revoked.id, tenant: revoked.tenant });
     return c.json(keyJson(revoked), 200);
   });
