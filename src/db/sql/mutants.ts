@@ -202,6 +202,46 @@ export const mutants: Mutant[] = [
   },
 
   // -------------------------------------------------------------------------
+  // What a failed attempt becomes: at-most-once is never retried (finish and
+  // reaper alike), and a task is dead after exactly max_attempts claims (I4).
+  {
+    id: 'finish-at-most-once',
+    file: TASKS,
+    statement: 'tasks_finish_if_running',
+    guard: 'a failed at_most_once attempt is not retried',
+    find: `when r.outcome = 'failed' and t.delivery = 'at_least_once' and t.attempts < t.max_attempts then 'scheduled'`,
+    replace: `when r.outcome = 'failed' and t.attempts < t.max_attempts then 'scheduled'`,
+    tests: ['test/tasks/retries.test.ts'],
+  },
+  {
+    id: 'finish-attempts-left',
+    file: TASKS,
+    statement: 'tasks_finish_if_running',
+    guard: 'retry only while attempts remain',
+    find: `when r.outcome = 'failed' and t.delivery = 'at_least_once' and t.attempts < t.max_attempts then 'scheduled'`,
+    replace: `when r.outcome = 'failed' and t.delivery = 'at_least_once' and t.attempts <= t.max_attempts then 'scheduled'`,
+    tests: ['test/tasks/retries.test.ts'],
+  },
+  {
+    id: 'reap-at-most-once',
+    file: TASKS,
+    statement: 'tasks_reap_expired',
+    guard: 'an at_most_once task handed off is never handed off again',
+    find: `when t.delivery = 'at_most_once' then 'dead'`,
+    replace: `when false then 'dead'`,
+    tests: ['test/tasks/faults.test.ts'],
+  },
+  {
+    id: 'reap-attempts-left',
+    file: TASKS,
+    statement: 'tasks_reap_expired',
+    guard: 'retry only while attempts remain',
+    find: `when t.attempts < t.max_attempts then 'scheduled'`,
+    replace: `when t.attempts <= t.max_attempts then 'scheduled'`,
+    tests: ['test/sweep/maintenance.test.ts'],
+  },
+
+  // -------------------------------------------------------------------------
   // Cancel: not after the start; tenant-scoped.
   {
     id: 'cancel-not-started',
@@ -489,6 +529,15 @@ export const mutants: Mutant[] = [
     guard: 'a started or finished task keeps its payload and status',
     find: `payload    = case when t.status in ('scheduled', 'queued') then excluded.payload else t.payload end,`,
     replace: `payload    = excluded.payload,`,
+    tests: ['test/tasks/idempotency.test.ts'],
+  },
+  {
+    id: 'enqueue-spent-status-kept',
+    file: TASKS,
+    statement: 'tasks_insert_batch',
+    guard: 'a started or finished task keeps its status (the key is not reused)',
+    find: `status     = case when t.status in ('scheduled', 'queued') then excluded.status else t.status end,`,
+    replace: `status     = excluded.status,`,
     tests: ['test/tasks/idempotency.test.ts'],
   },
   {
