@@ -83,7 +83,12 @@ interface JsonReport {
 }
 
 /** Runs vitest on `files` in `dir` against the shared server; counts failed tests from its JSON report. */
-async function runTests(dir: string, files: readonly string[], databaseUrl: string, testName?: string): Promise<RunResult> {
+async function runTests(
+  dir: string,
+  files: readonly string[],
+  databaseUrl: string,
+  options: { testName?: string; bail?: boolean } = {},
+): Promise<RunResult> {
   const report = join(dir, `.mutant-report-${process.hrtime.bigint()}.json`);
   const projects = new Set(files.map((f) => (f.startsWith('test/worker/') ? 'workers' : 'node')));
   const args = [
@@ -92,7 +97,10 @@ async function runTests(dir: string, files: readonly string[], databaseUrl: stri
     ...[...projects].flatMap((p) => ['--project', p]),
     '--reporter=json',
     `--outputFile=${report}`,
-    ...(testName ? ['-t', testName] : []),
+    // A mutant is killed by its first failure: stop there.
+    // A test a mutant makes hang counts as failed after 30 s, not 60.
+    ...(options.bail ? ['--bail=1', '--testTimeout=30000'] : []),
+    ...(options.testName ? ['-t', options.testName] : []),
     ...files,
   ];
   const began = Date.now();
@@ -148,7 +156,7 @@ async function runMutant(dir: string, m: Mutant, databaseUrl: string): Promise<M
       const text = await readFile(path, 'utf8');
       await writeFile(path, text.replace(e.find, () => e.replace));
     }
-    const r = await runTests(dir, m.tests, databaseUrl, m.testName);
+    const r = await runTests(dir, m.tests, databaseUrl, { testName: m.testName, bail: true });
     const verdict: Verdict = r.failedTests > 0 ? 'killed' : r.exitCode === 0 && r.passedTests > 0 ? 'SURVIVED' : 'ERROR';
     return { verdict, seconds: r.seconds, log: r.log, failures: r.failures };
   } finally {

@@ -241,6 +241,34 @@ export const mutants: Mutant[] = [
     tests: ['test/sweep/maintenance.test.ts'],
   },
 
+  {
+    id: 'backoff-cap',
+    file: 'migrations/0002_lifecycle.sql',
+    statement: 'function task_backoff_ms',
+    guard: 'the cap (backoff max)',
+    find: `select random() * least(max_ms::double precision,`,
+    replace: `select random() * greatest(max_ms::double precision,`,
+    tests: ['test/tasks/retries.test.ts'],
+  },
+  {
+    id: 'backoff-exponent',
+    file: 'migrations/0002_lifecycle.sql',
+    statement: 'function task_backoff_ms',
+    guard: 'base for the first retry, doubling after',
+    find: `power(2::double precision, greatest(attempt, 1) - 1)`,
+    replace: `power(2::double precision, greatest(attempt, 1))`,
+    tests: ['test/tasks/retries.test.ts'],
+  },
+  {
+    id: 'backoff-jitter',
+    file: 'migrations/0002_lifecycle.sql',
+    statement: 'function task_backoff_ms',
+    guard: 'full jitter (a random wait in [0, cap])',
+    find: `select random() * least(max_ms::double precision,`,
+    replace: `select (0.5 + random() / 2) * least(max_ms::double precision,`,
+    tests: ['test/tasks/retries.test.ts'],
+  },
+
   // -------------------------------------------------------------------------
   // Cancel: not after the start; tenant-scoped.
   {
