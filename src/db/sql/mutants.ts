@@ -554,7 +554,7 @@ export const mutants: Mutant[] = [
     id: 'enqueue-spent-key-kept',
     file: TASKS,
     statement: 'tasks_insert_batch',
-    guard: 'a started or finished task keeps its payload and status',
+    guard: 'a started or finished task keeps its payload',
     find: `payload    = case when t.status in ('scheduled', 'queued') then excluded.payload else t.payload end,`,
     replace: `payload    = excluded.payload,`,
     tests: ['test/tasks/idempotency.test.ts'],
