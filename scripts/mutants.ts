@@ -3,6 +3,7 @@
 // tests named for it, and expects them to fail. A mutant whose tests stay
 // green is a guard no test proves; the command then exits 1.
 //
+//   --check           only check that the list is current (fast; no tests)
 //   MUTANTS=id1,id2   run a subset
 //   MUTANTS_JOBS=n    scratch copies run side by side (default 2)
 //   DATABASE_URL      a server to use instead of starting an embedded one
@@ -177,6 +178,10 @@ async function main(): Promise<number> {
     console.error('mutants: the list is stale; update src/db/sql/mutants.ts:');
     for (const p of problems) console.error(`  - ${p}`);
     return 2;
+  }
+  if (process.argv.includes('--check')) {
+    console.log(`mutants: the list is current (${allMutants.length} mutants)`);
+    return 0;
   }
 
   const jobs = Math.max(1, Math.min(Number(process.env.MUTANTS_JOBS ?? 2), list.length));
