@@ -42,7 +42,7 @@ export function createProbe(): { handler: ReturnType<typeof defineTask>; latenes
 }
 
 export function benchRegistry(config: Config, extra: ReturnType<typeof defineTask>[] = []): Registry {
-  return createRegistry([...taskTypes({ config, signingSecret: undefined }), ...extra]);
+  return createRegistry([...taskTypes({ config }), ...extra]);
 }
 
 export const benchConfig: Config = { ...defaultConfig };

@@ -5,6 +5,7 @@ import { createNeonDb } from '../src/db/neon.ts';
 import type { Db } from '../src/db/seam.ts';
 import { createRegistry, type Registry } from '../src/handlers/registry.ts';
 import { createLogger, type Logger } from '../src/log.ts';
+import { createSigningSecretStore, type SigningSecretStore } from '../src/tenants/signing-secrets.ts';
 import type { Env } from './env.ts';
 import { taskTypes } from './tasks.ts';
 
@@ -12,6 +13,8 @@ export interface Shared {
   config: Config;
   registry: Registry;
   log: Logger;
+  /** Per-tenant webhook secrets, encrypted under SIGNING_SECRET (which signs nothing itself). */
+  signingSecrets: SigningSecretStore;
 }
 
 const shared = new WeakMap<object, Shared>();
@@ -20,8 +23,8 @@ export function sharedFor(env: Env): Shared {
   let s = shared.get(env);
   if (!s) {
     const config = readConfig(env);
-    const registry = createRegistry(taskTypes({ config, signingSecret: env.SIGNING_SECRET || undefined }));
-    s = { config, registry, log: createLogger() };
+    const registry = createRegistry(taskTypes({ config }));
+    s = { config, registry, log: createLogger(), signingSecrets: createSigningSecretStore(env.SIGNING_SECRET || undefined) };
     shared.set(env, s);
   }
   return s;

@@ -8,7 +8,10 @@ export interface Env {
   DATABASE_WS_PROXY?: string;
   /** Secret. Manages tenants, keys and queues. */
   ADMIN_TOKEN: string;
-  /** Secret. `whsec_...`, signs built-in http deliveries. */
+  /**
+   * Secret. The key-encryption key of the tenants' signing secrets (at least
+   * 32 characters, e.g. `whsec_` + 32 random bytes); it signs nothing itself.
+   */
   SIGNING_SECRET?: string;
   /** The Queue that carries due tasks to the consumer. */
   TASKS: Queue<TaskMessage>;

@@ -10,8 +10,8 @@ const apps = new WeakMap<object, App>();
 function appFor(env: Env): App {
   let app = apps.get(env);
   if (!app) {
-    const { config, registry, log } = sharedFor(env);
-    app = createApp({ config, registry, log, adminToken: env.ADMIN_TOKEN ?? '' });
+    const { config, registry, log, signingSecrets } = sharedFor(env);
+    app = createApp({ config, registry, log, signingSecrets, adminToken: env.ADMIN_TOKEN ?? '' });
     apps.set(env, app);
   }
   return app;

@@ -5,9 +5,9 @@ import { createHttpTask } from '../src/handlers/http.ts';
 import { noopTask } from '../src/handlers/noop.ts';
 import type { TaskHandler } from '../src/handlers/registry.ts';
 
-export function taskTypes(options: { config: Config; signingSecret: string | undefined }): TaskHandler<never>[] {
+export function taskTypes(options: { config: Config }): TaskHandler<never>[] {
   return [
     noopTask,
-    createHttpTask({ allowPrivateTargets: options.config.allowPrivateTargets, signingSecret: options.signingSecret }),
+    createHttpTask({ allowPrivateTargets: options.config.allowPrivateTargets }),
   ];
 }

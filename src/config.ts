@@ -2,6 +2,7 @@
 // strings). Each has a default that suits a one-minute cron; the README lists
 // them. An invalid value fails loudly, naming the variable.
 import { z } from 'zod';
+import { MAX_TIMEOUT_SECONDS } from './tasks/options.ts';
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 const bool = z
@@ -43,13 +44,19 @@ const ConfigSchema = z.object({
   /** Spent idempotency keys are kept this long after their task row is deleted; 0 keeps them forever. */
   SPENT_KEY_RETENTION_SECONDS: int(0, 100 * 365 * 86_400).default(0),
   DEFAULT_MAX_ATTEMPTS: int(1, 100).default(5),
-  DEFAULT_TIMEOUT_SECONDS: int(1, 900).default(30),
+  DEFAULT_TIMEOUT_SECONDS: int(1, MAX_TIMEOUT_SECONDS).default(30),
   DEFAULT_BACKOFF_BASE_SECONDS: z.coerce.number().min(0.001).max(86_400).default(1),
   DEFAULT_BACKOFF_MAX_SECONDS: z.coerce.number().min(0.001).max(7 * 86_400).default(3600),
   /** Largest task payload, in bytes of JSON. */
   MAX_PAYLOAD_BYTES: int(1, 1024 * 1024).default(256 * 1024),
   /** Lets the built-in http task reach private, loopback and link-local addresses. */
   ALLOW_PRIVATE_TARGETS: bool.default(false),
+  /** Default quota: most pending (scheduled + queued + running) tasks one tenant may hold. */
+  QUOTA_MAX_PENDING_TASKS: int(0, 100_000_000).default(1_000_000),
+  /** Default quota: most schedules one tenant may define. */
+  QUOTA_MAX_SCHEDULES: int(0, 1_000_000).default(10_000),
+  /** Default quota: the shortest period a tenant's schedule may fire at (1: every second is allowed). */
+  QUOTA_MIN_SCHEDULE_INTERVAL_SECONDS: int(1, 31_622_400).default(1),
 });
 
 export interface Config {
@@ -72,6 +79,9 @@ export interface Config {
   defaultBackoffMaxMs: number;
   maxPayloadBytes: number;
   allowPrivateTargets: boolean;
+  quotaMaxPendingTasks: number;
+  quotaMaxSchedules: number;
+  quotaMinScheduleIntervalSeconds: number;
 }
 
 /** Reads the tunables from string vars; empty strings count as unset. */
@@ -107,6 +117,9 @@ export function readConfig(vars: Record<string, unknown>): Config {
     defaultBackoffMaxMs: Math.round(v.DEFAULT_BACKOFF_MAX_SECONDS * 1000),
     maxPayloadBytes: v.MAX_PAYLOAD_BYTES,
     allowPrivateTargets: v.ALLOW_PRIVATE_TARGETS,
+    quotaMaxPendingTasks: v.QUOTA_MAX_PENDING_TASKS,
+    quotaMaxSchedules: v.QUOTA_MAX_SCHEDULES,
+    quotaMinScheduleIntervalSeconds: v.QUOTA_MIN_SCHEDULE_INTERVAL_SECONDS,
   };
 }
 

@@ -17,6 +17,8 @@ import type {
   TaskCreateSchema,
   TaskSchema,
 } from '../http/schemas.ts';
+import type { SigningSecretSchema } from '../http/routes/signing-secret.ts';
+import type { BulkCancelSchema, BulkReplaySchema, ReplaySchema } from '../http/replaySchemas.ts';
 
 export type TaskInput = z.input<typeof TaskCreateSchema>;
 export type Task = z.output<typeof TaskSchema>;
@@ -26,7 +28,22 @@ export type ScheduleInput = z.input<typeof ScheduleWriteSchema>;
 export type Schedule = z.output<typeof ScheduleSchema>;
 export type QueueStats = z.output<typeof QueueStatsSchema>;
 export type ApiKey = z.output<typeof ApiKeySchema>;
+export type SigningSecret = z.output<typeof SigningSecretSchema>;
 export type TaskStatus = Task['status'];
+/** When a replay is due: now by default, or `runAt` / `delay` seconds from now. */
+export type ReplayInput = z.input<typeof ReplaySchema>;
+/** Which tasks a bulk action matches (at least one field) and `limit` (1-10,000, default 1,000). */
+export type BulkCancelInput = z.input<typeof BulkCancelSchema>;
+export type BulkReplayInput = z.input<typeof BulkReplaySchema>;
+export interface BulkResult {
+  affected: number;
+  /** The tasks acted on, ascending; calling again with the same filter continues after them. */
+  ids: string[];
+}
+export interface BulkReplayResult extends BulkResult {
+  /** The replays (new tasks), in the order of `ids`. */
+  replayIds: string[];
+}
 
 export interface TaskListQuery {
   queue?: string;
@@ -144,6 +161,18 @@ export function createClient(options: ClientOptions) {
     /** Cancels a task that has not started (409 once it has). */
     cancel: async (id: string) => (await call<Task>('DELETE', `/v1/tasks/${seg(id)}`)).body,
     cancelByKey: async (idempotencyKey: string) => (await call<Task>('DELETE', `/v1/tasks/by-key/${seg(idempotencyKey)}`)).body,
+    /**
+     * Replays a finished task as a new task (`replayOf` names the original); `created` is false when it
+     * had been replayed already (a task has at most one replay): the existing replay comes back.
+     */
+    replay: async (id: string, input: ReplayInput = {}) => {
+      const r = await call<Task>('POST', `/v1/tasks/${seg(id)}/replay`, { body: input });
+      return { task: r.body, created: r.status === 201 };
+    },
+    /** Cancels up to `limit` matching tasks that have not started. */
+    bulkCancel: async (input: BulkCancelInput) => (await call<BulkResult>('POST', '/v1/tasks/bulk-cancel', { body: input })).body,
+    /** Replays up to `limit` matching finished tasks that have no replay yet. */
+    bulkReplay: async (input: BulkReplayInput) => (await call<BulkReplayResult>('POST', '/v1/tasks/bulk-replay', { body: input })).body,
   };
 
   const schedules = {
@@ -168,6 +197,8 @@ export function createClient(options: ClientOptions) {
     delete: async (name: string) => (await call<Schedule>('DELETE', `/v1/schedules/${seg(name)}`)).body,
     pause: async (name: string) => (await call<Schedule>('POST', `/v1/schedules/${seg(name)}/pause`)).body,
     resume: async (name: string) => (await call<Schedule>('POST', `/v1/schedules/${seg(name)}/resume`)).body,
+    /** Runs the schedule now (paused or not): the occurrence, due now; its next fire time stays. */
+    trigger: async (name: string) => (await call<Task>('POST', `/v1/schedules/${seg(name)}/trigger`)).body,
     next: async (name: string, count?: number) =>
       (await call<{ times: string[] }>('GET', `/v1/schedules/${seg(name)}/next`, { query: { count } })).body.times,
     runs: async (name: string, query: { status?: TaskStatus | TaskStatus[]; limit?: number; cursor?: string } = {}): Promise<Page<Task>> => {
@@ -190,9 +221,19 @@ export function createClient(options: ClientOptions) {
       (await call<{ name: string; paused: boolean }>('PUT', `/v1/admin/queues/${seg(queue)}`, { body: { paused } })).body,
   };
 
+  /** The tenant's webhook signing secret: verify deliveries with `secret` (and `previous.secret` during a rotation). */
+  const signingSecret = {
+    /** Created on first read. */
+    get: async () => (await call<SigningSecret>('GET', '/v1/signing-secret')).body,
+    /** A new secret; the old one keeps signing for `rotationOverlapSeconds` (default a day; 0: at once). */
+    rotate: async (rotationOverlapSeconds?: number) =>
+      (await call<SigningSecret>('POST', '/v1/signing-secret/rotate', { body: rotationOverlapSeconds === undefined ? {} : { rotationOverlapSeconds } }))
+        .body,
+  };
+
   const health = async () => (await call<{ ok: boolean }>('GET', '/healthz')).body;
 
-  return { tasks, schedules, queues, admin, health };
+  return { tasks, schedules, queues, signingSecret, admin, health };
 }
 
 export type Client = ReturnType<typeof createClient>;

@@ -10,14 +10,12 @@
 // this URL, not wherever a Location points, so a 3xx is a failed attempt.
 import { z } from 'zod';
 import { defineTask, PermanentError, RetryAfterError, type TaskHandler } from './registry.ts';
-import { parseWebhookSecret, signWebhook } from './signing.ts';
+import { signWebhook } from './signing.ts';
 import { checkTarget } from './ssrf.ts';
 
 export interface HttpTaskOptions {
   /** Lets URLs reach loopback and private networks (ALLOW_PRIVATE_TARGETS; local development). */
   allowPrivateTargets: boolean;
-  /** `whsec_...` (SIGNING_SECRET); without it deliveries go unsigned. */
-  signingSecret: string | undefined;
   fetch?: typeof fetch;
   /** The clock for webhook-timestamp and Retry-After dates; injectable for tests. */
   now?: () => Date;
@@ -110,8 +108,6 @@ export type HttpPayload = z.output<ReturnType<typeof createHttpPayloadSchema>>;
 export function createHttpTask(options: HttpTaskOptions): TaskHandler<never> {
   const fetchImpl = options.fetch ?? ((input, init) => fetch(input, init));
   const now = options.now ?? (() => new Date());
-  // A malformed secret is a configuration error: fail at startup, not per delivery.
-  if (options.signingSecret !== undefined) parseWebhookSecret(options.signingSecret);
 
   return defineTask('http', createHttpPayloadSchema(options), async (payload, ctx) => {
     const target = checkTarget(payload.url, { allowPrivate: options.allowPrivateTargets });
@@ -125,9 +121,11 @@ export function createHttpTask(options: HttpTaskOptions): TaskHandler<never> {
       body = new TextEncoder().encode(isText ? (payload.body as string) : JSON.stringify(payload.body));
       if (!headers.has('content-type')) headers.set('content-type', isText ? 'text/plain; charset=utf-8' : 'application/json');
     }
-    if (options.signingSecret !== undefined) {
+    // The tenant's own secrets (both during a rotation): no tenant can sign for another.
+    const secrets = await ctx.signingSecrets();
+    if (secrets.length > 0) {
       const signed = await signWebhook({
-        secret: options.signingSecret,
+        secret: secrets,
         id: ctx.taskId,
         timestamp: now(),
         body: body ?? new Uint8Array(0),

@@ -22,6 +22,12 @@ export interface TaskContext {
    * from now). Throws LeaseLostError when the attempt no longer owns the task.
    */
   heartbeat(extendSeconds?: number): Promise<void>;
+  /**
+   * The task's tenant's webhook signing secrets: current first, then the
+   * previous one during a rotation's overlap; empty when signing is not
+   * configured. Loaded once per consumer batch, on the first call.
+   */
+  signingSecrets(): Promise<string[]>;
   log: Logger;
 }
 

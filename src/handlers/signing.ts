@@ -50,19 +50,26 @@ export function parseWebhookSecret(secret: string): Uint8Array {
   return key;
 }
 
-/** Signs one delivery; `timestamp` is a Date or whole seconds since the epoch. */
+/**
+ * Signs one delivery; `timestamp` is a Date or whole seconds since the epoch.
+ * Several secrets (a rotation's new and old) give one `v1,` signature each,
+ * space-separated, so a receiver holding either verifies it.
+ */
 export async function signWebhook(input: {
-  secret: string;
+  secret: string | readonly string[];
   id: string;
   timestamp: Date | number;
   body: WebhookBody;
 }): Promise<WebhookHeaders> {
   const seconds = toSeconds(input.timestamp);
-  const mac = await hmac(parseWebhookSecret(input.secret), signedContent(input.id, String(seconds), input.body));
+  const secrets = typeof input.secret === 'string' ? [input.secret] : input.secret;
+  if (secrets.length === 0) throw new TypeError('signWebhook needs at least one secret');
+  const content = signedContent(input.id, String(seconds), input.body);
+  const macs = await Promise.all(secrets.map((secret) => hmac(parseWebhookSecret(secret), content)));
   return {
     'webhook-id': input.id,
     'webhook-timestamp': String(seconds),
-    'webhook-signature': `v1,${base64Encode(mac)}`,
+    'webhook-signature': macs.map((mac) => `v1,${base64Encode(mac)}`).join(' '),
   };
 }
 

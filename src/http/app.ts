@@ -6,14 +6,19 @@ import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import type { Logger } from '../log.ts';
+import type { SigningSecretStore } from '../tenants/signing-secrets.ts';
 import { requireAdmin, requireTenant } from './auth.ts';
 import type { AppEnv } from './context.ts';
 import { onError } from './errors.ts';
+import { refuseHostileJson } from './hostile-json.ts';
 import { validationHook } from './validation.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
+import { registerReplayRoutes } from './routes/replay.ts';
 import { registerScheduleRoutes } from './routes/schedules.ts';
+import { registerSigningSecretRoutes } from './routes/signing-secret.ts';
 import { registerTaskRoutes } from './routes/tasks.ts';
+import { registerTriggerRoutes } from './routes/trigger.ts';
 
 export interface AppDeps {
   config: Config;
@@ -21,6 +26,8 @@ export interface AppDeps {
   /** The admin token secret; empty disables admin access. */
   adminToken: string;
   log: Logger;
+  /** The tenants' webhook signing secrets (GET /v1/signing-secret). */
+  signingSecrets: SigningSecretStore;
 }
 
 export type App = OpenAPIHono<AppEnv>;
@@ -62,12 +69,18 @@ export function createApp(deps: AppDeps): App {
   const bodyLimitDefault = limited(MAX_BODY_BYTES);
   app.use('/v1/*', (c, next) => (c.req.path === '/v1/tasks/batch' ? batchLimit(c, next) : bodyLimitDefault(c, next)));
   const tenant = requireTenant(deps.adminToken);
-  for (const path of ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues']) app.use(path, tenant);
+  const tenantPaths = ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues', '/v1/signing-secret', '/v1/signing-secret/*'];
+  for (const path of tenantPaths) app.use(path, tenant);
   app.use('/v1/admin/*', requireAdmin(deps.adminToken));
+  // After authentication (a 401 first), before validation and every statement.
+  app.use('/v1/*', refuseHostileJson());
   registerTaskRoutes(app, deps);
+  registerReplayRoutes(app, deps);
   registerScheduleRoutes(app, deps);
+  registerTriggerRoutes(app, deps);
   registerQueueRoutes(app);
-  registerAdminRoutes(app);
+  registerSigningSecretRoutes(app, deps);
+  registerAdminRoutes(app, deps);
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', {
     type: 'http',

@@ -13,6 +13,7 @@ const STATUS: Record<ErrorCode, ContentfulStatusCode> = {
   not_found: 404,
   conflict: 409,
   payload_too_large: 413,
+  quota_exceeded: 429,
   database_unavailable: 503,
   internal: 500,
 };
@@ -25,6 +26,7 @@ export function onError(error: Error, c: Context<AppEnv>): Response {
   if (error instanceof AppError) {
     const status = STATUS[error.code];
     if (status >= 500) c.var.log?.error('request failed', { code: error.code, error });
+    if (error.retryAfterSeconds !== undefined) c.header('retry-after', String(error.retryAfterSeconds));
     return c.json(errorBody(error.code, error.message, error.details), status);
   }
   if (error instanceof HTTPException) {

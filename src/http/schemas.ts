@@ -1,8 +1,11 @@
 // The API's zod schemas: they validate requests, and the same definitions
 // produce /openapi.json. Nothing about the wire format is described twice.
 import { z } from '@hono/zod-openapi';
-import { TASK_STATUSES, type Task } from '../tasks/model.ts';
+import { isClaimedNotStarted, shownStatus, TASK_STATUSES, type Task } from '../tasks/model.ts';
 import type { TaskInput } from '../tasks/enqueue.ts';
+import { MAX_INTERVAL_SECONDS } from '../schedules/recurrence.ts';
+import { MAX_TIMEOUT_SECONDS } from '../tasks/options.ts';
+import { QUOTA_LIMITS } from '../tenants/quotas.ts';
 
 export const MAX_DELAY_SECONDS = 365 * 86_400;
 
@@ -26,7 +29,7 @@ export const TaskType = z
   .regex(/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/, 'letters, digits and _ . : - (at most 128)')
   .openapi({ example: 'noop' });
 
-const Instant = z.iso.datetime({ offset: true }).openapi({ example: '2026-12-01T09:00:00Z' });
+export const Instant = z.iso.datetime({ offset: true }).openapi({ example: '2026-12-01T09:00:00Z' });
 
 /** What a task, or a schedule for its occurrences, may set about attempts. */
 const TaskOptionFields = {
@@ -38,12 +41,17 @@ const TaskOptionFields = {
     })
     .optional()
     .openapi({ description: 'Exponential backoff with full jitter, in seconds.' }),
-  timeout: z.number().min(0.001).max(900).optional().openapi({ description: 'Seconds per attempt.' }),
+  timeout: z
+    .number()
+    .min(0.001)
+    .max(MAX_TIMEOUT_SECONDS)
+    .optional()
+    .openapi({ description: `Seconds per attempt (at most ${MAX_TIMEOUT_SECONDS}: an attempt must fit a Queue consumer's 15-minute wall clock).` }),
   delivery: z.enum(['at_least_once', 'at_most_once']).optional(),
 };
 
 /** Unparsable instants are the datetime check's to report; this one bounds parsable ones. */
-function inRunAtRange(runAt: string): boolean {
+export function inRunAtRange(runAt: string): boolean {
   const ms = Date.parse(runAt);
   return Number.isNaN(ms) || (ms > Date.UTC(2000, 0) && ms < Date.UTC(2200, 0));
 }
@@ -92,12 +100,25 @@ export const TaskSchema = z
     id: z.string().openapi({ example: '42' }),
     task: z.string(),
     queue: z.string(),
-    status: z.enum(TASK_STATUSES),
+    status: z.enum(TASK_STATUSES).openapi({
+      description:
+        'A task claimed early by the look-ahead and sent with a delay shows as queued until its handler starts (see dispatch).',
+    }),
     payload: z.unknown(),
     runAt: z.string(),
     createdAt: z.string(),
     updatedAt: z.string(),
-    dispatchedAt: z.string().nullable(),
+    dispatchedAt: z.string().nullable().openapi({ description: 'When the attempt that started was handed to the Queue.' }),
+    dispatch: z
+      .object({
+        dispatchedAt: z.string().nullable().openapi({ description: 'When the claimed task was handed to the Queue (null: not yet sent).' }),
+        epoch: z.int().openapi({ description: 'The claim\'s fencing epoch.' }),
+      })
+      .nullable()
+      .openapi({
+        description:
+          'The internal claim of a task that has not started: the sweep claims work up to a minute early and sends it with a delay. Null otherwise. Rescheduling, cancelling or pausing still act on such a task.',
+      }),
     startedAt: z.string().nullable(),
     finishedAt: z.string().nullable(),
     attempts: z.int(),
@@ -109,6 +130,7 @@ export const TaskSchema = z
     backoff: z.object({ base: z.number(), max: z.number() }),
     scheduleId: z.string().nullable(),
     scheduledFor: z.string().nullable(),
+    replayOf: z.string().nullable().openapi({ description: 'The terminal task this one replays.' }),
     deduplicated: z.boolean().optional().openapi({ description: 'The idempotency key was already spent.' }),
   })
   .openapi('Task');
@@ -116,19 +138,22 @@ export const TaskSchema = z
 export type TaskJson = z.infer<typeof TaskSchema>;
 
 export function taskJson(t: Task): TaskJson {
+  const claimed = isClaimedNotStarted(t);
   return {
     id: t.id,
     task: t.task,
     queue: t.queue,
-    status: t.status,
+    status: shownStatus(t),
     payload: t.payload,
     runAt: t.runAt.toISOString(),
     createdAt: t.createdAt.toISOString(),
     updatedAt: t.updatedAt.toISOString(),
-    dispatchedAt: iso(t.dispatchedAt),
+    dispatchedAt: claimed ? null : iso(t.dispatchedAt),
+    dispatch: claimed ? { dispatchedAt: iso(t.dispatchedAt), epoch: t.leaseEpoch } : null,
     startedAt: iso(t.startedAt),
     finishedAt: iso(t.finishedAt),
-    attempts: t.attempts,
+    // The claim counts an attempt; it is spent only once the handler starts.
+    attempts: claimed ? t.attempts - 1 : t.attempts,
     maxAttempts: t.maxAttempts,
     lastError: t.lastError,
     idempotencyKey: t.idempotencyKey,
@@ -137,14 +162,19 @@ export function taskJson(t: Task): TaskJson {
     backoff: { base: t.backoffBaseMs / 1000, max: t.backoffMaxMs / 1000 },
     scheduleId: t.scheduleId,
     scheduledFor: iso(t.scheduledFor),
+    replayOf: t.replayOf,
   };
 }
+
+/** The largest id a bigint column holds. */
+const MAX_BIGINT = 9_223_372_036_854_775_807n;
+export const isId = (s: string) => /^[1-9]\d{0,18}$/.test(s) && BigInt(s) <= MAX_BIGINT;
 
 /** `{id}` in a path: a positive bigint, as a string. */
 export const IdParam = z.object({
   id: z
     .string()
-    .regex(/^[1-9]\d{0,18}$/, 'an id (digits)')
+    .refine(isId, 'an id (digits, at most 9223372036854775807)')
     .openapi({ param: { name: 'id', in: 'path' }, example: '42' }),
 });
 
@@ -178,12 +208,44 @@ export const ApiKeySchema = z
   .openapi('ApiKey');
 
 
+/** A tenant's quotas; an absent field keeps its value, null returns it to the default (vars QUOTA_*). */
+export const TenantQuotasSchema = z
+  .strictObject({
+    maxPendingTasks: z.int().min(0).max(QUOTA_LIMITS.maxPendingTasks).nullable().optional().openapi({
+      description: 'Most scheduled + queued + running tasks; an enqueue past it is a 429 (the whole batch).',
+    }),
+    maxSchedules: z.int().min(0).max(QUOTA_LIMITS.maxSchedules).nullable().optional().openapi({ description: 'Most schedules.' }),
+    minScheduleIntervalSeconds: z.int().min(1).max(QUOTA_LIMITS.minScheduleIntervalSeconds).nullable().optional().openapi({
+      description: 'Shortest period a schedule may fire at (a cron firing every second counts as 1).',
+    }),
+  })
+  .openapi('TenantQuotas');
+
 export const TenantWeightSchema = z
   .strictObject({
     queue: QueueName.default('default'),
-    weight: z.number().gt(0).max(1000).openapi({ description: 'Share of claims relative to other tenants of the queue (default 1).' }),
+    weight: z
+      .number()
+      .gt(0)
+      .max(1000)
+      .optional()
+      .openapi({ description: 'Share of claims relative to other tenants of the queue (default 1).' }),
+    quotas: TenantQuotasSchema.optional(),
   })
+  .refine((b) => b.weight !== undefined || b.quotas !== undefined, { path: ['weight'], message: 'set weight, quotas, or both' })
   .openapi('TenantWeight');
+
+export const TenantSetSchema = z
+  .object({
+    tenant: z.string(),
+    queue: z.string().optional(),
+    weight: z.number().optional(),
+    quotas: z
+      .object({ maxPendingTasks: z.int(), maxSchedules: z.int(), minScheduleIntervalSeconds: z.int() })
+      .optional()
+      .openapi({ description: 'The quotas now in force (defaults filled in).' }),
+  })
+  .openapi('TenantWeightSet');
 
 export const QueuePauseSchema = z.strictObject({ paused: z.boolean() }).openapi('QueuePause');
 
@@ -207,11 +269,12 @@ export const TaskBatchSchema = z
  * an occurrence's fire time), tagged with its kind so a cursor of one listing
  * is refused by another.
  */
-const CURSOR_KEYS = {
-  id: /^[1-9]\d{0,18}$/,
-  name: /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/,
-  at: /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/,
-} as const;
+const CURSOR_KEYS: Record<'id' | 'name' | 'at', (key: string) => boolean> = {
+  id: isId,
+  name: (key) => /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/.test(key),
+  // A real instant, written as toISOString writes it: 2026-02-31 or month 99 is refused.
+  at: (key) => /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/.test(key) && !Number.isNaN(Date.parse(key)) && new Date(key).toISOString() === key,
+};
 export type CursorKind = keyof typeof CURSOR_KEYS;
 
 export const encodeCursor = (kind: CursorKind, key: string) => btoa(`${kind}:${key}`).replace(/=+$/, '');
@@ -220,7 +283,7 @@ export function decodeCursor(kind: CursorKind, cursor: string): string | null {
   try {
     const text = atob(cursor);
     const key = text.startsWith(`${kind}:`) ? text.slice(kind.length + 1) : '';
-    return CURSOR_KEYS[kind].test(key) ? key : null;
+    return CURSOR_KEYS[kind](key) ? key : null;
   } catch {
     return null;
   }
@@ -244,7 +307,10 @@ export const TaskListQuery = z.strictObject({
       message: `comma-separated statuses among ${TASK_STATUSES.join(', ')}`,
     })
     .optional()
-    .openapi({ example: 'queued,running' }),
+    .openapi({
+      example: 'queued,running',
+      description: 'Matches the status as shown: a task claimed early but not started is queued, not running.',
+    }),
   task: TaskType.optional(),
   createdAfter: Instant.optional(),
   createdBefore: Instant.optional(),
@@ -271,7 +337,7 @@ export const ScheduleWriteSchema = z
   .strictObject({
     cron: z.string().min(1).max(256).optional().openapi({ description: '5 fields, or 6 with seconds first', example: '0 9 * * MON' }),
     timezone: z.string().min(1).max(64).optional().openapi({ description: 'IANA zone for cron and recurrence (default UTC)', example: 'Europe/Paris' }),
-    interval: z.int().min(1).max(3_155_760_000).optional().openapi({ description: 'Every N seconds' }),
+    interval: z.int().min(1).max(MAX_INTERVAL_SECONDS).optional().openapi({ description: 'Every N seconds' }),
     recurrence: z
       .strictObject({ every: z.int().min(1), unit: z.enum(RECURRENCE_UNIT_VALUES), start: Instant })
       .optional()

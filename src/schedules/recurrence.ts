@@ -64,8 +64,9 @@ const DAY = 24 * HOUR;
 /** The largest instant a Date can hold. */
 const MAX_TIME = 8.64e15;
 
+/** The schedules' interval_seconds column is an integer: about 68 years (more is a typo anyway). */
+export const MAX_INTERVAL_SECONDS = 2_147_483_647;
 /** 100 years in each unit: a larger step is a typo, and would leave the Date range. */
-export const MAX_INTERVAL_SECONDS = 3_155_760_000;
 export const MAX_EVERY: Readonly<Record<RecurrenceUnit, number>> = {
   minutes: 52_596_000,
   hours: 876_600,

@@ -7,12 +7,15 @@ import {
   databaseNow,
   deleteScheduleRow,
   getScheduleForUpdate,
+  pauseScheduleWithdrawOccurrences,
   upsertSchedule,
+  withdrawPlannedOccurrences,
   type ScheduleWrite,
 } from '../db/sql/schedules.ts';
 import { AppError, invalid, type ErrorDetail } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import { resolveTaskOptions, type TaskOptionsInput } from '../tasks/options.ts';
+import { checkScheduleQuotas } from '../tenants/quotas.ts';
 import type { MisfirePolicy, OverlapPolicy, Schedule } from './model.ts';
 import { specOf } from './model.ts';
 import { nextFireTime, validateSpec, type RecurrenceUnit } from './recurrence.ts';
@@ -98,6 +101,7 @@ export async function putSchedule(
           : clock
         : probe.anchor;
     const spec = { ...probe, anchor: kind === 'cron' || kind === 'once' ? null : anchor };
+    await checkScheduleQuotas(tx, { config, tenant, spec: specOf({ ...spec, anchor }), replacing: existing !== null, now: clock });
     const write: ScheduleWrite = {
       tenant,
       name,
@@ -119,13 +123,30 @@ export async function putSchedule(
       enabled: input.enabled ?? true,
       nextRunAt: firstRunAt({ ...spec, anchor }, clock),
     };
+    // Occurrences the look-ahead planned under the old definition give way to the new one.
+    if (existing) await withdrawPlannedOccurrences(tx, { now, tenant, name });
     return upsertSchedule(tx, write, now);
+  });
+}
+
+/**
+ * Pauses a schedule: nothing fires after this answers (occurrences that have
+ * not started, claimed early or not, are withdrawn or cancelled in the same
+ * statement). The row lock is taken first, so an occurrence a concurrent
+ * materialization is writing is either seen and taken back, or never written.
+ */
+export async function pauseSchedule(db: Db, tenant: string, name: string, now?: Date): Promise<Schedule | null> {
+  return db.transaction(async (tx) => {
+    if (!(await getScheduleForUpdate(tx, tenant, name))) return null;
+    return (await pauseScheduleWithdrawOccurrences(tx, { now, tenant, name }))?.schedule ?? null;
   });
 }
 
 /** Deletes a schedule; its occurrences that have not started are cancelled, the rest kept as history. */
 export async function deleteSchedule(db: Db, tenant: string, name: string, now?: Date): Promise<Schedule | null> {
   return db.transaction(async (tx) => {
+    // Lock first: an occurrence a concurrent materialization commits is then seen and cancelled.
+    if (!(await getScheduleForUpdate(tx, tenant, name))) return null;
     await cancelPendingOccurrences(tx, { now, tenant, name });
     return deleteScheduleRow(tx, { tenant, name });
   });

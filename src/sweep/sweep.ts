@@ -1,7 +1,9 @@
-// One sweep (DESIGN §5): reap, promote, claim and dispatch, purge. Every step
-// is a bounded batch in a single statement, and the sweep stops starting new
-// batches when its time budget is spent, so a cut-off invocation leaves only
-// work the next sweep finishes. Any number of sweeps may run at once.
+// One sweep (DESIGN §5): reap, materialize, promote, claim and dispatch, purge.
+// Every step is a bounded batch in a single statement, each step has a share
+// of the time budget (so one step's backlog cannot stop the others), and the
+// sweep stops starting new batches when its budget is spent, so a cut-off
+// invocation leaves only work the next sweep finishes. Any number of sweeps
+// may run at once.
 import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
 import {
@@ -44,6 +46,8 @@ export interface SweepDeps {
   faults?: Faults;
   /** Milliseconds, for the time budget only (never for task times). */
   elapsed?: () => number;
+  /** Picks the queue a dispatch pass starts at (in [0, 1)); tests fix it. */
+  random?: () => number;
 }
 
 export interface DispatchCounts {
@@ -125,7 +129,11 @@ async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promis
 
 /**
  * Claims and dispatches runnable work of the given queues (all claimable
- * queues when omitted) until they run dry or `budgetMs` is spent.
+ * queues when omitted) until they run dry or the deadline passes. Queues take
+ * turns: each pass gives every queue at most one claim batch, round-robin,
+ * starting at a random queue, so neither a queue's backlog nor the number of
+ * queues (both chosen by tenants) can keep another queue's due work waiting
+ * for more than one pass.
  */
 export async function dispatchRunnable(
   deps: SweepDeps,
@@ -134,9 +142,12 @@ export async function dispatchRunnable(
   const elapsed = deps.elapsed ?? Date.now;
   const deadline = options.deadline ?? elapsed() + deps.config.sweepTimeBudgetMs;
   const total = { claimed: 0, dispatched: 0, released: 0, lost: 0, budgetExhausted: false };
-  const queues = options.queues ?? (await listClaimableQueues(deps.db));
-  for (const queue of queues) {
-    for (;;) {
+  const listed = options.queues ?? (await listClaimableQueues(deps.db));
+  const first = Math.min(listed.length - 1, Math.floor((deps.random ?? Math.random)() * listed.length));
+  let turn = first > 0 ? [...listed.slice(first), ...listed.slice(0, first)] : [...listed];
+  while (turn.length > 0) {
+    const next: string[] = [];
+    for (const queue of turn) {
       if (elapsed() >= deadline) {
         total.budgetExhausted = true;
         return total;
@@ -146,8 +157,9 @@ export async function dispatchRunnable(
       total.dispatched += c.dispatched;
       total.released += c.released;
       total.lost += c.lost;
-      if (c.claimed < deps.config.sweepBatchSize) break;
+      if (c.claimed >= deps.config.sweepBatchSize) next.push(queue);
     }
+    turn = next;
   }
   return total;
 }
@@ -163,70 +175,113 @@ async function drain(step: () => Promise<number>, batch: number, deadline: numbe
   }
 }
 
+/**
+ * Each step's share of the sweep's time budget. A step must stop starting
+ * batches once its share is spent (so a backlog in one step never stops the
+ * steps after it); what a step leaves unused passes on to the next, because
+ * each deadline is the running sum of the shares. Steps cut off by their share
+ * get the time still left after the last step, in order.
+ */
+export const SWEEP_STEP_SHARES = { reap: 0.15, materialize: 0.2, promote: 0.2, dispatch: 0.35, purge: 0.1 } as const;
+type Step = keyof typeof SWEEP_STEP_SHARES;
+
 export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): Promise<SweepCounts> {
   const { db, config } = deps;
   const faults = deps.faults ?? noFaults;
   const now = options.now;
   const elapsed = deps.elapsed ?? Date.now;
-  const deadline = elapsed() + config.sweepTimeBudgetMs;
-  let budgetExhausted = false;
+  const begin = elapsed();
+  const deadline = begin + config.sweepTimeBudgetMs;
 
-  // 1. Reap expired leases.
   const reaped: ReapCounts = { requeued: 0, retried: 0, dead: 0 };
-  const reap = await drain(
-    async () => {
-      const c = await reapExpiredLeases(db, { now, limit: config.reapBatchSize });
-      reaped.requeued += c.requeued;
-      reaped.retried += c.retried;
-      reaped.dead += c.dead;
-      return c.requeued + c.retried + c.dead;
-    },
-    config.reapBatchSize,
-    deadline,
-    elapsed,
-  );
-  budgetExhausted ||= reap.exhausted;
-  await faults('sweep.after_reap');
-
-  // 2. Materialize due schedules into occurrences (look-ahead included).
-  const materialized = await materializeDueSchedules({ db, config, log: deps.log }, { now, deadline, elapsed });
-  budgetExhausted ||= materialized.budgetExhausted;
-  await faults('sweep.after_materialize');
-
-  // 3. Promote due scheduled tasks (look-ahead included).
-  const promote = await drain(
-    () => promoteDueTasks(db, { now, lookaheadSeconds: config.lookaheadSeconds, limit: config.promoteBatchSize }),
-    config.promoteBatchSize,
-    deadline,
-    elapsed,
-  );
-  budgetExhausted ||= promote.exhausted;
-  await faults('sweep.after_promote');
-
-  // 4. Claim and dispatch, per queue, lowest vtime first.
-  const dispatched = await dispatchRunnable(deps, { now, deadline });
-  budgetExhausted ||= dispatched.budgetExhausted;
-
-  // 5. Purge one bounded batch of expired history per tick.
+  const materialized = { schedules: 0, fired: 0, missed: 0 };
+  const dispatchCounts: DispatchCounts = { claimed: 0, dispatched: 0, released: 0, lost: 0 };
+  let promoted = 0;
   let purged = 0;
   let spentKeysPurged = 0;
-  if (elapsed() < deadline) {
-    purged = await purgeFinishedTasks(db, { now, retentionSeconds: config.retentionSeconds, limit: config.purgeBatchSize });
-    if (config.spentKeyRetentionSeconds > 0) {
-      spentKeysPurged = await purgeSpentKeys(db, {
-        now,
-        retentionSeconds: config.spentKeyRetentionSeconds,
-        limit: config.purgeBatchSize,
-      });
-    }
-  } else budgetExhausted = true;
 
-  const { budgetExhausted: _, ...dispatchCounts } = dispatched;
-  const { budgetExhausted: __, ...scheduleCounts } = materialized;
+  /** Each step runs until its deadline; returns true when it was cut off with work left. */
+  const steps: Record<Step, (until: number) => Promise<boolean>> = {
+    // 1. Reap expired leases.
+    async reap(until) {
+      const r = await drain(
+        async () => {
+          const c = await reapExpiredLeases(db, { now, limit: config.reapBatchSize });
+          reaped.requeued += c.requeued;
+          reaped.retried += c.retried;
+          reaped.dead += c.dead;
+          return c.requeued + c.retried + c.dead;
+        },
+        config.reapBatchSize,
+        until,
+        elapsed,
+      );
+      await faults('sweep.after_reap');
+      return r.exhausted;
+    },
+    // 2. Materialize due schedules into occurrences (look-ahead included).
+    async materialize(until) {
+      const m = await materializeDueSchedules({ db, config, log: deps.log }, { now, deadline: until, elapsed });
+      materialized.schedules += m.schedules;
+      materialized.fired += m.fired;
+      materialized.missed += m.missed;
+      await faults('sweep.after_materialize');
+      return m.budgetExhausted;
+    },
+    // 3. Promote due scheduled tasks (look-ahead included).
+    async promote(until) {
+      const p = await drain(
+        () => promoteDueTasks(db, { now, lookaheadSeconds: config.lookaheadSeconds, limit: config.promoteBatchSize }),
+        config.promoteBatchSize,
+        until,
+        elapsed,
+      );
+      promoted += p.total;
+      await faults('sweep.after_promote');
+      return p.exhausted;
+    },
+    // 4. Claim and dispatch, queues taking turns, lowest vtime first within each.
+    async dispatch(until) {
+      const { budgetExhausted, ...c } = await dispatchRunnable(deps, { now, deadline: until });
+      dispatchCounts.claimed += c.claimed;
+      dispatchCounts.dispatched += c.dispatched;
+      dispatchCounts.released += c.released;
+      dispatchCounts.lost += c.lost;
+      return budgetExhausted;
+    },
+    // 5. Purge one bounded batch of expired history per tick.
+    async purge(until) {
+      if (elapsed() >= until) return true;
+      const n = await purgeFinishedTasks(db, { now, retentionSeconds: config.retentionSeconds, limit: config.purgeBatchSize });
+      purged += n;
+      if (config.spentKeyRetentionSeconds > 0) {
+        spentKeysPurged += await purgeSpentKeys(db, {
+          now,
+          retentionSeconds: config.spentKeyRetentionSeconds,
+          limit: config.purgeBatchSize,
+        });
+      }
+      return false;
+    },
+  };
+
+  const cutOff: Step[] = [];
+  let share = 0;
+  for (const step of Object.keys(SWEEP_STEP_SHARES) as Step[]) {
+    share += SWEEP_STEP_SHARES[step];
+    const until = Math.min(deadline, begin + Math.round(share * config.sweepTimeBudgetMs));
+    if (await steps[step](until)) cutOff.push(step);
+  }
+  // Time the other steps left unused goes to those their share cut off.
+  let budgetExhausted = false;
+  for (const step of cutOff) {
+    if (elapsed() >= deadline || (await steps[step](deadline))) budgetExhausted = true;
+  }
+
   return {
     reaped,
-    materialized: scheduleCounts,
-    promoted: promote.total,
+    materialized,
+    promoted,
     ...dispatchCounts,
     purged,
     spentKeysPurged,

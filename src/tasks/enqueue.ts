@@ -95,6 +95,14 @@ export async function enqueueTasks(
     try {
       return await writeBatch(deps, tenant, rows, options.now);
     } catch (error) {
+      if (error instanceof AppError && error.code === 'conflict' && error.subject !== undefined) {
+        // A key held by another task type or queue: name the item that reused it.
+        const i = keyOwner.get(error.subject);
+        if (i !== undefined) {
+          const path = [pathOf(i), 'idempotencyKey'].filter(Boolean).join('.');
+          throw new AppError('conflict', error.message, [{ path, message: error.message }]);
+        }
+      }
       const code = (error as { code?: string }).code;
       if (run >= MAX_RUNS || code === undefined || !RETRYABLE.has(code)) throw error;
     }
@@ -102,7 +110,13 @@ export async function enqueueTasks(
 }
 
 async function writeBatch(deps: EnqueueDeps, tenant: string, rows: NewTask[], now?: Date): Promise<EnqueueResult[]> {
-  const written = await insertTasks(deps.db, { now, tenant, lookaheadSeconds: deps.config.lookaheadSeconds, tasks: rows });
+  const written = await insertTasks(deps.db, {
+    now,
+    tenant,
+    lookaheadSeconds: deps.config.lookaheadSeconds,
+    tasks: rows,
+    maxPendingTasks: deps.config.quotaMaxPendingTasks,
+  });
   const missingKeys = rows.flatMap((r, i) => (written[i] === null ? [r.idempotencyKey!] : []));
   const spent = new Map(
     missingKeys.length > 0 ? (await findSpentKeys(deps.db, tenant, missingKeys)).map((s) => [s.idempotencyKey, s]) : [],

@@ -30,12 +30,14 @@ export interface Task {
   idempotencyKey: string | null;
   scheduleId: string | null;
   scheduledFor: Date | null;
+  /** The terminal task this one replays (issue 15), or null. */
+  replayOf: string | null;
 }
 
 /** The columns every task-returning statement selects, in `taskFromRow`'s shape. */
 export const TASK_COLUMNS = `id, tenant, queue, task, payload, status, run_at, created_at, updated_at,
   dispatched_at, started_at, finished_at, attempts, max_attempts, last_error, backoff_base_ms,
-  backoff_max_ms, timeout_ms, delivery, lease_epoch, idempotency_key, schedule_id, scheduled_for`;
+  backoff_max_ms, timeout_ms, delivery, lease_epoch, idempotency_key, schedule_id, scheduled_for, replay_of`;
 
 export interface TaskRow {
   id: string;
@@ -61,6 +63,7 @@ export interface TaskRow {
   idempotency_key: string | null;
   schedule_id: string | null;
   scheduled_for: Date | null;
+  replay_of: string | null;
 }
 
 export function taskFromRow(r: TaskRow): Task {
@@ -88,5 +91,24 @@ export function taskFromRow(r: TaskRow): Task {
     idempotencyKey: r.idempotency_key,
     scheduleId: r.schedule_id === null ? null : String(r.schedule_id),
     scheduledFor: r.scheduled_for,
+    replayOf: r.replay_of === null || r.replay_of === undefined ? null : String(r.replay_of),
   };
 }
+
+/**
+ * The look-ahead is invisible (DESIGN §5): a task claimed early and handed to
+ * the Queue with a delay is, for its owner, still waiting until its handler
+ * starts. Such a task shows as `queued` (where it was claimed from), its
+ * attempt is not yet counted, and the claim appears only as `dispatch`.
+ */
+export function isClaimedNotStarted(t: Pick<Task, 'status' | 'startedAt'>): boolean {
+  return t.status === 'running' && t.startedAt === null;
+}
+
+export function shownStatus(t: Pick<Task, 'status' | 'startedAt'>): TaskStatus {
+  return isClaimedNotStarted(t) ? 'queued' : t.status;
+}
+
+/** The same rule in SQL, over a tasks row (optionally aliased): what status filters match. */
+export const shownStatusSql = (alias = '') =>
+  `(case when ${alias}status = 'running' and ${alias}started_at is null then 'queued' else ${alias}status end)`;

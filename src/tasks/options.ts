@@ -4,6 +4,18 @@ import type { Config } from '../config.ts';
 import type { ErrorDetail } from '../errors.ts';
 import type { Delivery } from './model.ts';
 
+/**
+ * A Cloudflare Queues consumer invocation has 15 minutes of wall clock. One
+ * attempt must fit inside it with the consumer's early wait (a message sent
+ * early waits out the rest before its run_at, at most MAX_EARLY_WAIT_SECONDS)
+ * and a margin for the fenced start and finish, so a timeout above
+ * MAX_TIMEOUT_SECONDS is refused (400 naming `timeout`) rather than cut off
+ * by the platform with its result never stored.
+ */
+export const CONSUMER_WALL_CLOCK_SECONDS = 900;
+export const MAX_EARLY_WAIT_SECONDS = 60;
+export const MAX_TIMEOUT_SECONDS = CONSUMER_WALL_CLOCK_SECONDS - MAX_EARLY_WAIT_SECONDS - 60;
+
 export interface TaskOptionsInput {
   maxAttempts?: number;
   /** Seconds. */

@@ -192,6 +192,18 @@ describe('verifyWebhook', () => {
     expect(await verifiesWithBoth(headers, BODY)).toEqual([true, true]);
   });
 
+  it('signs with several secrets at once (a rotation): each verifies, a third does not', async () => {
+    const third = `whsec_${btoa('a third key, also 32 bytes long!')}`;
+    const headers = await signWebhook({ secret: [SECRET, OTHER_SECRET], id: '42', timestamp: new Date(), body: BODY });
+    expect(headers['webhook-signature'].split(' ')).toHaveLength(2);
+    for (const secret of [SECRET, OTHER_SECRET]) {
+      await expect(verifyWebhook({ secret, headers, body: BODY })).resolves.toBeUndefined();
+      expect(() => new Webhook(secret).verify(BODY, headers)).not.toThrow();
+    }
+    await expect(verifyWebhook({ secret: third, headers, body: BODY })).rejects.toThrow(WebhookVerificationError);
+    await expect(signWebhook({ secret: [], id: '42', timestamp: new Date(), body: BODY })).rejects.toThrow(TypeError);
+  });
+
   it('ignores a right signature under a version other than v1', async () => {
     const good = await signWebhook({ secret: SECRET, id: '42', timestamp: new Date(), body: BODY });
     const headers = { ...good, 'webhook-signature': `v2,${good['webhook-signature'].slice(3)}` };

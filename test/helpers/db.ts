@@ -85,7 +85,9 @@ export function useTestDatabase(options: { maxConnections?: number } = {}): Test
 
 /** Empties every table a test writes, between tests of one file. */
 export async function resetTables(db: Db): Promise<void> {
-  await db.query('truncate tasks, tenants, queues, spent_idempotency_keys, task_events, schedules, api_keys restart identity cascade');
+  await db.query(
+    'truncate tasks, tenants, tenant_quotas, queues, spent_idempotency_keys, task_events, schedules, api_keys, signing_secrets restart identity cascade',
+  );
 }
 
 /** The instant most tests start from, and seconds after it. */

@@ -2,17 +2,18 @@
 // Cloudflare Queue replaced by an in-process list of sent messages (the
 // workerd tests use the real local Queue). Time is passed explicitly.
 import { defaultConfig, type Config } from '../../src/config.ts';
-import { consumeBatch, type ConsumeOutcome } from '../../src/consume/consume.ts';
+import { consumeBatch, type ConsumeOutcome, type Verdict } from '../../src/consume/consume.ts';
 import type { Db } from '../../src/db/seam.ts';
 import type { Faults } from '../../src/faults.ts';
 import { taskTypes } from '../../functions/tasks.ts';
 import { z } from 'zod';
 import { createRegistry, defineTask, type TaskHandler } from '../../src/handlers/registry.ts';
 import { createLogger, type Logger } from '../../src/log.ts';
+import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
 import { sweepOnce, type SweepCounts, type TaskMessage, type TaskSender } from '../../src/sweep/sweep.ts';
 import { enqueueTasks, type EnqueueResult, type TaskInput } from '../../src/tasks/enqueue.ts';
 
-/** A fixed whsec_ secret so tests can verify deliveries. */
+/** The key-encryption key of the tenants' signing secrets in Node tests. */
 export const TEST_SIGNING_SECRET = `whsec_${btoa('test-signing-secret-32-bytes-long')}`;
 
 export interface SentMessage {
@@ -51,8 +52,19 @@ export interface Harness {
   outbox: ReturnType<typeof createOutbox>;
   logs: LogLine[];
   enqueue(inputs: TaskInput | TaskInput[], options?: { now?: Date; tenant?: string }): Promise<EnqueueResult[]>;
-  sweep(options?: { now?: Date; faults?: Faults; workerId?: string; sender?: TaskSender }): Promise<SweepCounts>;
-  consume(bodies: unknown[], options?: { now?: Date; faults?: Faults }): Promise<ConsumeOutcome>;
+  sweep(options?: {
+    now?: Date;
+    faults?: Faults;
+    workerId?: string;
+    sender?: TaskSender;
+    /** The budget's clock (milliseconds); tests pass a counter to bound a sweep deterministically. */
+    elapsed?: () => number;
+    random?: () => number;
+  }): Promise<SweepCounts>;
+  consume(
+    bodies: unknown[],
+    options?: { now?: Date; faults?: Faults; onSettled?: (index: number, verdict: Verdict) => void },
+  ): Promise<ConsumeOutcome>;
   /** Sweeps, then consumes everything sent, until nothing is left to send. */
   drain(options?: { now?: Date; rounds?: number }): Promise<void>;
 }
@@ -62,8 +74,9 @@ export function createHarness(
   options: { config?: Partial<Config>; handlers?: TaskHandler<never>[] } = {},
 ): Harness {
   const config: Config = { ...defaultConfig, ...options.config };
-  const registry = createRegistry([...taskTypes({ config, signingSecret: TEST_SIGNING_SECRET }), ...(options.handlers ?? [])]);
+  const registry = createRegistry([...taskTypes({ config }), ...(options.handlers ?? [])]);
   const outbox = createOutbox();
+  const signingSecrets = createSigningSecretStore(TEST_SIGNING_SECRET);
   const { log, lines } = captureLogs();
   let sweeps = 0;
   const h: Harness = {
@@ -75,11 +88,23 @@ export function createHarness(
       enqueueTasks({ db, config, registry }, o.tenant ?? 'acme', Array.isArray(inputs) ? inputs : [inputs], { now: o.now }),
     sweep: (o = {}) =>
       sweepOnce(
-        { db, config, sender: o.sender ?? outbox, log, workerId: o.workerId ?? `test-sweep-${++sweeps}`, faults: o.faults },
+        {
+          db,
+          config,
+          sender: o.sender ?? outbox,
+          log,
+          workerId: o.workerId ?? `test-sweep-${++sweeps}`,
+          faults: o.faults,
+          elapsed: o.elapsed,
+          random: o.random,
+        },
         { now: o.now },
       ),
     consume: (bodies, o = {}) =>
-      consumeBatch({ db, config, registry, log, faults: o.faults, sleep: async () => {} }, bodies, { now: o.now }),
+      consumeBatch({ db, config, registry, log, signingSecrets, faults: o.faults, sleep: async () => {} }, bodies, {
+        now: o.now,
+        onSettled: o.onSettled,
+      }),
     async drain(o = {}) {
       for (let i = 0; i < (o.rounds ?? 20); i++) {
         await h.sweep({ now: o.now });

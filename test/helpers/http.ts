@@ -6,6 +6,7 @@ import { taskTypes } from '../../functions/tasks.ts';
 import { createRegistry, type TaskHandler } from '../../src/handlers/registry.ts';
 import { createApp } from '../../src/http/app.ts';
 import { silentLogger } from '../../src/log.ts';
+import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
 import { createOutbox, TEST_SIGNING_SECRET } from './harness.ts';
 
 export const ADMIN_TOKEN = 'node-test-admin-token';
@@ -20,9 +21,10 @@ export function createTestApi(db: Db, options: { config?: Partial<Config>; handl
   const config: Config = { ...defaultConfig, ...options.config };
   const app = createApp({
     config,
-    registry: createRegistry([...taskTypes({ config, signingSecret: TEST_SIGNING_SECRET }), ...(options.handlers ?? [])]),
+    registry: createRegistry([...taskTypes({ config }), ...(options.handlers ?? [])]),
     log: silentLogger,
     adminToken: ADMIN_TOKEN,
+    signingSecrets: createSigningSecretStore(TEST_SIGNING_SECRET),
   });
   const outbox = createOutbox();
   const pending: Promise<unknown>[] = [];

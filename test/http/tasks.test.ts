@@ -87,6 +87,9 @@ describe('limits', () => {
       [{ task: 'noop', idempotencyKey: 'k'.repeat(300) }, 'idempotencyKey'],
       [{ task: 'noop', queue: 'bad queue' }, 'queue'],
       [{ task: 'noop', timeout: 0 }, 'timeout'],
+      // An attempt plus the consumer's early wait must fit a consumer's 15-minute wall clock.
+      [{ task: 'noop', timeout: 781 }, 'timeout'],
+      [{ task: 'noop', timeout: 900 }, 'timeout'],
       [{ task: 'noop', delivery: 'exactly_once' }, 'delivery'],
       [{ task: 'noop', backoff: { base: 10, max: 5 } }, 'backoff.max'],
       [[1, 2], 'body'],

@@ -62,13 +62,15 @@ describe('materialization', () => {
     expect(dup).toEqual([]);
   });
 
-  it('a replaced schedule changes future occurrences only', async () => {
+  it('a replaced schedule changes future occurrences only, including those the look-ahead planned', async () => {
     await put('report', { interval: 60, payload: { v: 1 } });
-    await h.sweep({ now: at(60) });
+    await h.sweep({ now: at(60) }); // 12:01 is due; 12:02 is planned (and claimed) by the look-ahead
+    api.setNow(at(60));
     await put('report', { interval: 60, payload: { v: 2 } });
     await h.sweep({ now: at(120) });
     const occ = await occurrences('report');
-    expect(occ.map((o) => o.payload)).toEqual([{ v: 1 }, { v: 1 }, { v: 2 }]);
+    // 12:01 was due before the edit and keeps its snapshot; 12:02 follows the new definition.
+    expect(occ.map((o) => o.payload)).toEqual([{ v: 1 }, { v: 2 }, { v: 2 }]);
     // The interval kept its rhythm (anchored at creation, 12:00).
     expect(occ.map((o) => o.scheduled_for.toISOString())).toEqual([
       '2026-12-01T12:01:00.000Z',

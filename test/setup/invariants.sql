@@ -34,8 +34,13 @@ begin
   if new.lease_epoch < old.lease_epoch then
     raise exception 'I3: epoch of task % went down (% -> %)', old.id, old.lease_epoch, new.lease_epoch;
   end if;
+  -- Besides a claim, one transition bumps the epoch: an early claim undone
+  -- before its start (issue 11: reschedule by key), back to waiting with the
+  -- claim's attempt refunded.
   if new.lease_epoch <> old.lease_epoch
-     and not (old.status = 'queued' and new.status = 'running' and new.lease_epoch = old.lease_epoch + 1) then
+     and not (old.status = 'queued' and new.status = 'running' and new.lease_epoch = old.lease_epoch + 1)
+     and not (old.status = 'running' and old.started_at is null and new.status in ('scheduled', 'queued')
+              and new.lease_epoch = old.lease_epoch + 1 and new.attempts = old.attempts - 1) then
     raise exception 'I3: epoch of task % changed outside a claim (% -> %, % -> %)',
       old.id, old.lease_epoch, new.lease_epoch, old.status, new.status;
   end if;
@@ -43,7 +48,9 @@ begin
     raise exception 'I3: claim of task % did not bump its epoch', old.id;
   end if;
   if new.attempts < old.attempts
-     and not (old.status = 'running' and new.status = 'queued' and new.attempts = old.attempts - 1) then
+     and not (old.status = 'running' and new.status = 'queued' and new.attempts = old.attempts - 1)
+     and not (old.status = 'running' and old.started_at is null and new.status = 'scheduled'
+              and new.lease_epoch = old.lease_epoch + 1 and new.attempts = old.attempts - 1) then
     raise exception 'I4: attempts of task % went down (% -> %)', old.id, old.attempts, new.attempts;
   end if;
   if new.attempts > old.attempts

@@ -1,6 +1,7 @@
 // A webhook receiver for end-to-end tests of the built-in http task: records
 // every request, answers by path (/hook/ok/*: 200, /hook/busy/*: 503 with
-// Retry-After: 1, /hook/gone/*: 404), and reports what it received at
+// Retry-After: 1, /hook/gone/*: 404, /hook/hold/*: 200 once released by
+// POST /_release?path=..., or after 30 s), and reports what it received at
 // GET /_deliveries?path=...
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -14,6 +15,8 @@ export interface Delivery {
 
 export async function startReceiver(): Promise<{ url: string; close(): Promise<void> }> {
   const deliveries: Delivery[] = [];
+  const held = new Map<string, (() => void)[]>();
+  const released = new Set<string>();
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -24,10 +27,25 @@ export async function startReceiver(): Promise<{ url: string; close(): Promise<v
         res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(deliveries.filter((d) => d.path === path)));
         return;
       }
+      if (url.pathname === '/_release') {
+        const path = url.searchParams.get('path') ?? '';
+        released.add(path);
+        for (const answer of held.get(path) ?? []) answer();
+        held.delete(path);
+        res.writeHead(204).end();
+        return;
+      }
       const headers: Record<string, string> = {};
       for (const [k, v] of Object.entries(req.headers)) if (typeof v === 'string') headers[k] = v;
       deliveries.push({ method: req.method ?? '', path: url.pathname, headers, body: Buffer.concat(chunks).toString('utf8') });
-      if (url.pathname.startsWith('/hook/busy/')) res.writeHead(503, { 'retry-after': '1' }).end('busy');
+      if (url.pathname.startsWith('/hook/hold/') && !released.has(url.pathname)) {
+        const answer = () => {
+          clearTimeout(timer);
+          if (!res.writableEnded) res.writeHead(200).end('released');
+        };
+        const timer = setTimeout(answer, 30_000);
+        held.set(url.pathname, [...(held.get(url.pathname) ?? []), answer]);
+      } else if (url.pathname.startsWith('/hook/busy/')) res.writeHead(503, { 'retry-after': '1' }).end('busy');
       else if (url.pathname.startsWith('/hook/gone/')) res.writeHead(404).end('no such hook');
       else res.writeHead(200).end('ok');
     });

@@ -65,7 +65,8 @@ describe('the reaper', () => {
     h.outbox.take(); // every message is lost
 
     const counts = await h.sweep({ now: at(301) });
-    expect(counts.reaped).toEqual({ requeued: 1, retried: 1, dead: 2 });
+    // The at-most-once one never started: requeued (no attempt spent), not dead.
+    expect(counts.reaped).toEqual({ requeued: 2, retried: 1, dead: 1 });
     // The unsent one went back to queued with its vtime, attempt refunded, and
     // this same sweep claimed it again under epoch 2.
     expect(await getTask(t.db, 'acme', unsent!.task!.id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 2 });
@@ -73,7 +74,7 @@ describe('the reaper', () => {
     expect(vtimeAfter).toBe(vtime);
     expect(await getTask(t.db, 'acme', retry!.task!.id)).toMatchObject({ attempts: 2, leaseEpoch: 2 });
     expect(await getTask(t.db, 'acme', spent!.task!.id)).toMatchObject({ status: 'dead', attempts: 1 });
-    expect(await getTask(t.db, 'acme', once!.task!.id)).toMatchObject({ status: 'dead', attempts: 1 });
+    expect(await getTask(t.db, 'acme', once!.task!.id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 2 });
   });
 });
 

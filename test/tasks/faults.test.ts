@@ -159,15 +159,40 @@ describe('cut off in the consumer', () => {
     expect(h.outbox.messages).toEqual([]);
   });
 
-  it('at_most_once dispatched but never started (the message was lost): finished, never sent again', async () => {
+  it('at_most_once dispatched but provably never started: back to queued, no attempt spent, never dead; the old message is skipped', async () => {
     const id = await enqueue({ delivery: 'at_most_once' });
     await h.sweep({ now: T0 });
-    h.outbox.take(); // lost in transit
+    const [old] = h.outbox.take(); // delayed in transit past its lease
     const reap = await h.sweep({ now: at(901) }); // past the dispatch lease
-    expect(reap.reaped.dead).toBe(1);
-    expect(await task(id)).toMatchObject({ status: 'dead', attempts: 1 });
-    expect(h.outbox.messages).toEqual([]);
+    expect(reap.reaped).toEqual({ requeued: 1, retried: 0, dead: 0 });
+    // Requeued with its attempt refunded, and claimed again by the same sweep.
+    expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 2, startedAt: null });
+    const [fresh] = h.outbox.take();
+    expect(fresh!.body).toMatchObject({ id, epoch: 2 });
+
+    // The old message arrives at last: the epoch fence skips it.
+    const stale = await h.consume([old!.body], { now: at(902) });
+    expect(stale.results).toEqual([]);
     expect(runs.get(id)).toBeUndefined();
+    await h.consume([fresh!.body], { now: at(902) });
+    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 1, leaseEpoch: 2 });
+    expect(runs.get(id)).toBe(1);
+    await expectOneCompletion(t.db);
+  });
+
+  it('at_most_once requeued while never started: its old message arriving before the re-claim is skipped too', async () => {
+    h = createHarness(t.db, { handlers: [countTask], config: { sweepBatchSize: 1 } });
+    const id = await enqueue({ delivery: 'at_most_once' });
+    await h.sweep({ now: T0 });
+    const [old] = h.outbox.take();
+    // Reap only (the queue paused, so nothing is claimed again).
+    await t.db.query(`update queues set paused = true where name = 'default'`);
+    await h.sweep({ now: at(901) });
+    expect(await task(id)).toMatchObject({ status: 'queued', attempts: 0, leaseEpoch: 1 });
+    const stale = await h.consume([old!.body], { now: at(902) });
+    expect(stale.results).toEqual([]);
+    expect(runs.get(id)).toBeUndefined();
+    expect(await task(id)).toMatchObject({ status: 'queued', attempts: 0 });
   });
 
   it('after the finish, before the acknowledgement: the redelivered message changes nothing', async () => {

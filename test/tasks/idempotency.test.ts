@@ -6,6 +6,7 @@ import { getTask } from '../../src/db/sql/tasks.ts';
 import type { Db } from '../../src/db/seam.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
+import { createTestApi } from '../helpers/http.ts';
 
 const t = useTestDatabase();
 let h: Harness;
@@ -46,12 +47,17 @@ describe('idempotency keys', () => {
     expect(b!.task!.id).toBe(a!.task!.id);
     expect(b!.task!.status).toBe('succeeded');
     expect(b!.task!.payload).toEqual({ v: 1 });
-    // Running counts as spent too.
+    // Running (started) counts as spent too.
     const [c] = await h.enqueue({ task: 'noop', idempotencyKey: 'k3' }, { now: T0 });
     await h.sweep({ now: T0 });
-    const [d] = await h.enqueue({ task: 'noop', idempotencyKey: 'k3', delay: 60 }, { now: at(1) });
-    expect(d!.outcome).toBe('deduplicated');
-    expect(d!.task).toMatchObject({ id: c!.task!.id, status: 'running' });
+    await h.consume([h.outbox.take()[0]!.body], { now: T0, faults: async (point) => {
+      if (point === 'consume.after_start') {
+        const [d] = await h.enqueue({ task: 'noop', idempotencyKey: 'k3', delay: 60 }, { now: at(1) });
+        expect(d!.outcome).toBe('deduplicated');
+        expect(d!.task).toMatchObject({ id: c!.task!.id, status: 'running', payload: {} });
+      }
+    } });
+    expect(await getTask(t.db, 'acme', c!.task!.id)).toMatchObject({ status: 'succeeded', runAt: T0 });
   });
 
   it('a spent key stays spent after retention deleted its task', async () => {
@@ -115,5 +121,68 @@ describe('idempotency keys', () => {
         { task: 'noop', idempotencyKey: 'dup' },
       ]),
     ).rejects.toMatchObject({ code: 'invalid_request', details: [{ path: 'tasks.1.idempotencyKey' }] });
+  });
+});
+
+describe('a key reused with another task type or queue (issue 10, finding 7)', () => {
+  const http = { task: 'http', payload: { url: 'https://example.com/hook' } };
+
+  it('answers 409 conflict naming idempotencyKey, while waiting and once spent, and changes nothing', async () => {
+    const [a] = await h.enqueue({ task: 'noop', idempotencyKey: 'k', payload: { v: 1 }, delay: 3600 }, { now: T0 });
+    for (const input of [
+      { ...http, idempotencyKey: 'k' },
+      { task: 'noop', queue: 'other', idempotencyKey: 'k', payload: { v: 2 } },
+    ]) {
+      const refused = h.enqueue(input, { now: at(1) });
+      await expect(refused).rejects.toMatchObject({ code: 'conflict', details: [{ path: 'idempotencyKey' }] });
+    }
+    expect(await getTask(t.db, 'acme', a!.task!.id)).toMatchObject({ task: 'noop', queue: 'default', payload: { v: 1 } });
+    expect((await getTask(t.db, 'acme', a!.task!.id))!.runAt.toISOString()).toBe(at(3600).toISOString());
+
+    await h.drain({ now: at(3600) });
+    await expect(h.enqueue({ ...http, idempotencyKey: 'k' }, { now: at(3601) })).rejects.toMatchObject({ code: 'conflict' });
+    // The same type and queue still deduplicate.
+    const [again] = await h.enqueue({ task: 'noop', idempotencyKey: 'k' }, { now: at(3601) });
+    expect(again!.outcome).toBe('deduplicated');
+  });
+
+  it('refuses a batch whole and names the item that reused the key', async () => {
+    await h.enqueue({ task: 'noop', idempotencyKey: 'held', delay: 3600 }, { now: T0 });
+    const refused = h.enqueue(
+      [{ task: 'noop' }, { task: 'noop', idempotencyKey: 'fresh' }, { task: 'noop', queue: 'mail', idempotencyKey: 'held' }],
+      { now: at(1) },
+    );
+    await expect(refused).rejects.toMatchObject({ code: 'conflict', details: [{ path: 'tasks.2.idempotencyKey' }] });
+    const n = await t.db.query<{ n: number }>('select count(*)::int as n from tasks');
+    expect(n[0]!.n).toBe(1);
+  });
+
+  it('concurrent enqueues of one key with two task types: one wins, the other is a conflict', async () => {
+    const results = await Promise.allSettled(
+      pool.map((db, i) =>
+        createHarness(db).enqueue(i % 2 === 0 ? { task: 'noop', idempotencyKey: 'race' } : { ...http, idempotencyKey: 'race' }, { now: T0 }),
+      ),
+    );
+    const rows = await t.db.query<{ task: string }>(`select task from tasks where idempotency_key = 'race'`);
+    expect(rows).toHaveLength(1);
+    for (const [i, r] of results.entries()) {
+      const sameType = (i % 2 === 0 ? 'noop' : 'http') === rows[0]!.task;
+      if (sameType) expect(r.status, String(i)).toBe('fulfilled');
+      else expect(r.status === 'rejected' && (r.reason as { code?: string }).code, String(i)).toBe('conflict');
+    }
+  });
+});
+
+describe('over HTTP', () => {
+  it('a key reused with another task type is a 409 conflict naming idempotencyKey', async () => {
+    const api = createTestApi(t.db);
+    api.setNow(T0);
+    expect((await api.admin('POST', '/v1/tasks', { tenant: 'acme', body: { task: 'noop', idempotencyKey: 'h', delay: 60 } })).status).toBe(201);
+    const r = await api.admin('POST', '/v1/tasks', {
+      tenant: 'acme',
+      body: { task: 'http', payload: { url: 'https://example.com/' }, idempotencyKey: 'h', delay: 60 },
+    });
+    expect(r.status).toBe(409);
+    expect(r.body.error).toMatchObject({ code: 'conflict', details: [{ path: 'idempotencyKey' }] });
   });
 });

@@ -102,6 +102,19 @@ describe('the client, over every route', () => {
     await fails(acme.schedules.delete('client-hourly'), 404, 'not_found');
   });
 
+  it('signing secret: each tenant its own, rotation keeps the old one for the overlap', async () => {
+    const mine = await acme.signingSecret.get();
+    expect(mine.secret).toMatch(/^whsec_/);
+    expect(await acme.signingSecret.get()).toEqual(mine);
+    expect((await other.signingSecret.get()).secret).not.toBe(mine.secret);
+    const rotated = await acme.signingSecret.rotate(60);
+    expect(rotated.previous?.secret).toBe(mine.secret);
+    expect(await acme.signingSecret.get()).toEqual(rotated);
+    const atOnce = await acme.signingSecret.rotate(0);
+    expect(atOnce.previous).toBeUndefined();
+    await fails(acme.signingSecret.rotate(-5), 400, 'invalid_request', 'rotationOverlapSeconds');
+  });
+
   it('queues and admin routes', async () => {
     const queues = await acme.queues.list();
     expect(queues.map((q) => q.name).sort()).toEqual(['client-q', 'default']);

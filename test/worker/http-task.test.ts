@@ -1,6 +1,7 @@
-// The built-in http task end to end inside workerd: a signed delivery that a
-// Standard Webhooks receiver verifies, a stable webhook-id across retries,
-// and permanent failures.
+// The built-in http task end to end inside workerd: a delivery signed with its
+// tenant's own secret that a Standard Webhooks receiver verifies (and no other
+// tenant's secret does), both secrets during a rotation, a stable webhook-id
+// across retries, and permanent failures.
 import { createExecutionContext, createScheduledController, waitOnExecutionContext } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import worker from '../../functions/index.ts';
@@ -9,10 +10,31 @@ import { describe, expect, it } from 'vitest';
 
 const headers = { authorization: 'Bearer test-admin-token', 'content-type': 'application/json', 'x-tenant': 'worker-http' };
 
-async function enqueue(body: unknown) {
-  const res = await exports.default.fetch('https://scheduler.test/v1/tasks', { method: 'POST', headers, body: JSON.stringify(body) });
+async function enqueue(body: unknown, tenant = 'worker-http') {
+  const res = await exports.default.fetch('https://scheduler.test/v1/tasks', {
+    method: 'POST',
+    headers: { ...headers, 'x-tenant': tenant },
+    body: JSON.stringify(body),
+  });
   return { status: res.status, body: (await res.json()) as any };
 }
+async function signingSecret(tenant: string, rotate?: { rotationOverlapSeconds: number }) {
+  const res = await exports.default.fetch(`https://scheduler.test/v1/signing-secret${rotate ? '/rotate' : ''}`, {
+    method: rotate ? 'POST' : 'GET',
+    headers: { ...headers, 'x-tenant': tenant },
+    body: rotate ? JSON.stringify(rotate) : undefined,
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as { secret: string; previous?: { secret: string } };
+}
+const verifies = (secret: string, d: { body: string; headers: Record<string, string> }) => {
+  try {
+    new Webhook(secret).verify(d.body, d.headers);
+    return true;
+  } catch {
+    return false;
+  }
+};
 async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
@@ -21,8 +43,8 @@ async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutM
     await new Promise((r) => setTimeout(r, 100));
   }
 }
-const task = async (id: string) =>
-  (await (await exports.default.fetch(`https://scheduler.test/v1/tasks/${id}`, { headers })).json()) as any;
+const task = async (id: string, tenant = 'worker-http') =>
+  (await (await exports.default.fetch(`https://scheduler.test/v1/tasks/${id}`, { headers: { ...headers, 'x-tenant': tenant } })).json()) as any;
 const deliveries = async (path: string) =>
   (await (await fetch(`${env.RECEIVER_URL}/_deliveries?path=${encodeURIComponent(path)}`)).json()) as any[];
 
@@ -38,9 +60,38 @@ describe('the http task type', () => {
     expect(d.method).toBe('POST');
     expect(d.body).toBe('{"order":42}');
     expect(d.headers['webhook-id']).toBe(r.body.id);
-    const wh = new Webhook(env.SIGNING_SECRET);
+    const wh = new Webhook((await signingSecret('worker-http')).secret);
     expect(wh.verify(d.body, d.headers)).toEqual({ order: 42 });
     expect(() => wh.verify(d.body.replace('42', '43'), d.headers)).toThrow();
+    // Neither another tenant's secret nor the Worker's SIGNING_SECRET (now only a key-encryption key) verifies it.
+    expect(verifies((await signingSecret('worker-http-other')).secret, d)).toBe(false);
+    expect(verifies(env.SIGNING_SECRET, d)).toBe(false);
+  });
+
+  it("signs with the tenant's old and new secrets during a rotation, with the new one only after a rotation without overlap", async () => {
+    const tenant = `worker-rotate-${crypto.randomUUID().slice(0, 8)}`;
+    const send = async () => {
+      const path = `/hook/ok/${crypto.randomUUID()}`;
+      const r = await enqueue({ task: 'http', payload: { url: `${env.RECEIVER_URL}${path}`, body: { tenant } } }, tenant);
+      expect(r.status).toBe(201);
+      expect((await until(() => task(r.body.id, tenant), (t) => t.status === 'succeeded')).status).toBe('succeeded');
+      const [d] = await deliveries(path);
+      return d;
+    };
+    const first = await signingSecret(tenant);
+    const rotated = await signingSecret(tenant, { rotationOverlapSeconds: 3600 });
+    expect(rotated.previous?.secret).toBe(first.secret);
+    const during = await send();
+    expect(during.headers['webhook-signature'].split(' ')).toHaveLength(2);
+    expect(verifies(first.secret, during)).toBe(true);
+    expect(verifies(rotated.secret, during)).toBe(true);
+
+    const atOnce = await signingSecret(tenant, { rotationOverlapSeconds: 0 });
+    expect(atOnce.previous).toBeUndefined();
+    const after = await send();
+    expect(verifies(atOnce.secret, after)).toBe(true);
+    expect(verifies(rotated.secret, after)).toBe(false);
+    expect(verifies(first.secret, after)).toBe(false);
   });
 
   it('retries a 503 honouring Retry-After, with the same webhook-id each time', async () => {

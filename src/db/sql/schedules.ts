@@ -3,7 +3,8 @@
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from '../../schedules/model.ts';
-import { TASK_COLUMNS, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
+import { NOT_STARTED } from './tasks.ts';
+import { shownStatusSql, TASK_COLUMNS, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
 
 type Now = Date | null | undefined;
 const at = (now: Now) => now ?? null;
@@ -101,7 +102,78 @@ export async function listSchedules(q: Queryable, tenant: string, p: { afterName
   return rows.map(scheduleFromRow);
 }
 
-/** Pause (enabled = false) or resume; next_run_at is kept, so a resume applies the misfire policy. */
+/**
+ * Pauses a schedule and, in the same statement, takes back its occurrences
+ * that have not started, whether or not the look-ahead claimed them early
+ * (issue 11: nothing fires after the pause answers; a handler that already
+ * started finishes):
+ * - withdraw_if_not_started: occurrences planned for after now are deleted.
+ *   They exist only because the look-ahead materialized them early; deleting
+ *   (not cancelling) them frees their (schedule_id, scheduled_for) key, so a
+ *   resume can plan those fire times again.
+ * - cancel_if_not_started: occurrences already due (late, waiting for a
+ *   worker) are cancelled and stay as history.
+ * next_run_at goes back to the first withdrawn fire time, so a resume applies
+ * the misfire policy from the pause time.
+ * A message in flight for a withdrawn or cancelled occurrence finds no
+ * running task at its epoch and is skipped. The caller locks the schedule row
+ * first (getScheduleForUpdate): this statement's snapshot then includes every
+ * occurrence a concurrent materialization committed.
+ */
+const schedulesPause = sql(
+  'schedules_pause_withdraw_occurrences',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   target as (select s.id from schedules s where s.tenant = $2::text and s.name = $3::text),
+   withdrawn as (
+     delete from tasks t using target, clock
+     where t.schedule_id = target.id and t.scheduled_for > clock.now and ${NOT_STARTED}
+     returning t.scheduled_for
+   ),
+   cancelled as (
+     update tasks t set status = 'cancelled', finished_at = clock.now, lease_expires_at = null, updated_at = clock.now
+     from target, clock
+     where t.schedule_id = target.id and t.scheduled_for <= clock.now and ${NOT_STARTED}
+     returning t.id
+   )
+   update schedules s set
+     enabled = false,
+     next_run_at = least(s.next_run_at, (select min(scheduled_for) from withdrawn)),
+     updated_at = clock.now
+   from target, clock
+   where s.id = target.id
+   returning ${SCHEDULE_COLUMNS.split(',').map((c) => `s.${c.trim()}`).join(', ')},
+             (select count(*) from withdrawn)::int as withdrawn, (select count(*) from cancelled)::int as cancelled`,
+);
+
+export async function pauseScheduleWithdrawOccurrences(
+  q: Queryable,
+  p: { now?: Now; tenant: string; name: string },
+): Promise<{ schedule: Schedule; withdrawn: number; cancelled: number } | null> {
+  const rows = await q.query<ScheduleRow & { withdrawn: number; cancelled: number }>(schedulesPause, [at(p.now), p.tenant, p.name]);
+  const r = rows[0];
+  return r ? { schedule: scheduleFromRow(r), withdrawn: r.withdrawn, cancelled: r.cancelled } : null;
+}
+
+/**
+ * Replacing a schedule: its occurrences planned for after now under the old
+ * definition and not started (claimed early or not) are deleted, so future
+ * fires follow the new definition, even at the same instants (issue 11).
+ * Occurrences already due keep their snapshot, as they would have without the
+ * look-ahead. The caller holds the schedule's row lock.
+ */
+const schedulesWithdrawPlanned = sql(
+  'schedules_withdraw_planned_if_not_started',
+  `delete from tasks t using schedules s
+   where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id
+     and t.scheduled_for > coalesce($1::timestamptz, now()) and ${NOT_STARTED}
+   returning t.id`,
+);
+
+export async function withdrawPlannedOccurrences(q: Queryable, p: { now?: Now; tenant: string; name: string }): Promise<number> {
+  return (await q.query(schedulesWithdrawPlanned, [at(p.now), p.tenant, p.name])).length;
+}
+
+/** Resume (enabled = true); next_run_at is kept, so a resume applies the misfire policy. */
 const schedulesSetEnabled = sql(
   'schedules_set_enabled',
   `update schedules set enabled = $3::boolean, updated_at = coalesce($1::timestamptz, now())
@@ -118,8 +190,9 @@ export async function setScheduleEnabled(
 }
 
 /**
- * Cancels a schedule's occurrences that have not started. Runs in the delete's
- * transaction, before the row goes; the rest keep their schedule_id as history.
+ * Cancels a schedule's occurrences that have not started (claimed early or
+ * not). Runs in the delete's transaction, after the schedule's row lock and
+ * before the row goes; the rest keep their schedule_id as history.
  */
 const schedulesCancelPending = sql(
   'schedules_cancel_pending_occurrences',
@@ -127,7 +200,7 @@ const schedulesCancelPending = sql(
                       lease_expires_at = null, updated_at = coalesce($1::timestamptz, now())
    from schedules s
    where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id
-     and (t.status in ('scheduled', 'queued') or (t.status = 'running' and t.started_at is null))
+     and ${NOT_STARTED}
    returning t.id`,
 );
 
@@ -151,7 +224,7 @@ const schedulesListRuns = sql(
   `select ${TASK_COLUMNS} from tasks
    where tenant = $1::text and schedule_id = $2::bigint
      and ($3::timestamptz is null or scheduled_for < $3::timestamptz)
-     and ($4::text[] is null or status = any($4::text[]))
+     and ($4::text[] is null or ${shownStatusSql()} = any($4::text[]))
    order by scheduled_for desc
    limit $5::int`,
 );

@@ -7,7 +7,7 @@
 // stale worker, a redelivered message or a retried statement changes nothing.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { TASK_COLUMNS, taskFromRow, type Delivery, type Task, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
+import { shownStatusSql, TASK_COLUMNS, taskFromRow, type Delivery, type Task, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
 
 type Now = Date | null | undefined;
 const at = (now: Now) => now ?? null;
@@ -24,6 +24,15 @@ const TASK_COLUMNS_T = TASK_COLUMN_NAMES.map((c) => `t.${c}`).join(', ');
 const LOCK_IN_ID_ORDER = `locked as (
      select id from tasks where id = any($2::bigint[]) order by id for no key update
    )`;
+
+/**
+ * Claimed by the look-ahead (or a due claim) but not started: for every user
+ * action still a waiting task (DESIGN §5 "The look-ahead is invisible").
+ * Over the row aliased `t`.
+ */
+export const CLAIMED_NOT_STARTED = `(t.status = 'running' and t.started_at is null)`;
+/** Has not started: waiting, or claimed early and not started. Over `t`. */
+export const NOT_STARTED = `(t.status in ('scheduled', 'queued') or ${CLAIMED_NOT_STARTED})`;
 
 /** Fills the task columns of a UNION branch that reports a lost fence (by id only). */
 const TASK_COLUMNS_NULLS_BUT_ID = TASK_COLUMN_NAMES.slice(1).map((c) => `null as ${c}`).join(', ');
@@ -60,24 +69,53 @@ export interface WrittenTask extends Task {
  * (queue, tenant) order everywhere, so statements cannot deadlock on them.
  *
  * An existing idempotency key is resolved by ON CONFLICT on the row itself:
- * a task still waiting (scheduled or queued) takes the new run time and
- * payload; a spent one (running or finished) is returned unchanged. Keys whose
+ * a task that has not started takes the new run time and payload; a spent one
+ * (started or finished) is returned unchanged. "Not started" includes a task
+ * the look-ahead claimed early and sent with a delay (DESIGN §5, issue 11):
+ * its claim is undone (epoch bumped, so the message in flight is skipped as
+ * stale; the attempt counted at the claim refunded) and it waits again. The
+ * key is spent only once the fenced start has run. A key held by another
+ * task type or queue refuses the whole statement (TQ003). Keys whose
  * task retention already deleted are left out here (the caller reads them from
  * spent_idempotency_keys); the trigger of migration 0002 closes the race with
  * a purge committing meanwhile.
+ *
+ * Quota (maxPendingTasks, guard `pending_quota`): the tenant's pending tasks
+ * are counted in this same statement, index-only (tasks_pending_tenant_idx)
+ * and only up to the limit, against the tasks the batch would create (a key
+ * the tenant already holds only reschedules or deduplicates). Over the limit,
+ * tasks_refuse_over_pending_quota raises TQ002 and the whole batch is
+ * refused. It reads without locking: concurrent enqueues of one tenant do not
+ * see each other's uncommitted rows, so together they may overshoot the limit
+ * by at most what all but one of them add (README, Quotas).
  */
 const tasksInsertBatch = sql(
   'tasks_insert_batch',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
+   quota as (
+     select coalesce((select max_pending_tasks from tenant_quotas where tenant = $2::text), $15::int) as max_pending
+   ),
+   pending_quota as (
+     select tasks_refuse_over_pending_quota(
+              $2::text,
+              (select count(*) from (
+                 select 1 from tasks p
+                 where p.tenant = $2::text and p.status in ('scheduled', 'queued', 'running')
+                 limit (select max_pending from quota)) counted),
+              (select count(*) from unnest($14::text[]) k(key)
+               where k.key is null
+                  or not exists (select 1 from tasks e where e.tenant = $2::text and e.idempotency_key = k.key)),
+              (select max_pending from quota)) as ok
+   ),
    input as (
      select i.*, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
      from unnest($4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::bigint[], $9::int[], $10::int[],
                  $11::int[], $12::int[], $13::text[], $14::text[])
           with ordinality as i(queue, task, payload, run_at, delay_ms, max_attempts, backoff_base_ms,
                                backoff_max_ms, timeout_ms, delivery, idempotency_key, ord),
-          clock,
+          clock, pending_quota,
           lateral (select coalesce(i.run_at, clock.now + coalesce(i.delay_ms, 0) * interval '1 millisecond') as due_at) d
-     where not exists (select 1 from spent_idempotency_keys s
+     where pending_quota.ok and not exists (select 1 from spent_idempotency_keys s
                        where s.tenant = $2::text and s.idempotency_key = i.idempotency_key)
    ),
    known_queues as (
@@ -114,12 +152,19 @@ const tasksInsertBatch = sql(
    from rows r, clock
    order by r.ord
    on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
-     payload    = case when t.status in ('scheduled', 'queued') then excluded.payload else t.payload end,
-     run_at     = case when t.status in ('scheduled', 'queued') then excluded.run_at else t.run_at end,
-     vtime      = case when t.status not in ('scheduled', 'queued') then t.vtime
+     -- Guard: the key's task type and queue never change (TQ003, 409, the whole batch refused).
+     task       = tasks_keep_task_type_of_key(t.idempotency_key, t.task, t.queue, excluded.task, excluded.queue),
+     payload    = case when ${NOT_STARTED} then excluded.payload else t.payload end,
+     run_at     = case when ${NOT_STARTED} then excluded.run_at else t.run_at end,
+     vtime      = case when not ${NOT_STARTED} then t.vtime
                        when excluded.status = 'queued' then coalesce(t.vtime, excluded.vtime) end,
-     status     = case when t.status in ('scheduled', 'queued') then excluded.status else t.status end,
-     updated_at = case when t.status in ('scheduled', 'queued') then excluded.updated_at else t.updated_at end
+     status     = case when ${NOT_STARTED} then excluded.status else t.status end,
+     -- reschedule_if_claimed_not_started: undo the early claim.
+     lease_epoch      = case when ${CLAIMED_NOT_STARTED} then t.lease_epoch + 1 else t.lease_epoch end,
+     attempts         = case when ${CLAIMED_NOT_STARTED} then t.attempts - 1 else t.attempts end,
+     lease_expires_at = case when ${CLAIMED_NOT_STARTED} then null else t.lease_expires_at end,
+     dispatched_at    = case when ${CLAIMED_NOT_STARTED} then null else t.dispatched_at end,
+     updated_at = case when ${NOT_STARTED} then excluded.updated_at else t.updated_at end
    -- A created row's payload is the caller's own: sending 1,000 of them back
    -- cost about a third of the statement, so only existing rows return it.
    returning ${TASK_COLUMNS_T.replace('t.payload', 'case when t.xmax = 0 then null else t.payload end as payload')},
@@ -129,7 +174,7 @@ const tasksInsertBatch = sql(
 /** One result per input, in input order; null where the key was spent and its task already purged. */
 export async function insertTasks(
   q: Queryable,
-  p: { now?: Now; tenant: string; lookaheadSeconds: number; tasks: readonly NewTask[] },
+  p: { now?: Now; tenant: string; lookaheadSeconds: number; tasks: readonly NewTask[]; maxPendingTasks: number },
 ): Promise<(WrittenTask | null)[]> {
   const col = <K extends keyof NewTask>(k: K) => p.tasks.map((t) => t[k]);
   const rows = await q.query<TaskRow & { created: boolean }>(tasksInsertBatch, [
@@ -147,6 +192,7 @@ export async function insertTasks(
     col('timeoutMs'),
     col('delivery'),
     col('idempotencyKey'),
+    p.maxPendingTasks,
   ]);
   // Back to input order: keyed rows by key; unkeyed ones were inserted in
   // input order, so their ids ascend in that order.
@@ -313,6 +359,8 @@ export interface LostFence {
   /** null: the task no longer exists. */
   currentEpoch: number | null;
   currentStatus: TaskStatus | null;
+  /** Set when the write was refused rather than lost: the start of a task whose queue is paused. */
+  reason?: 'queue_paused';
 }
 
 interface LostRow {
@@ -406,12 +454,31 @@ export interface StartedTask {
  * epoch and `running` still match and the attempt has not started yet, so a
  * duplicate delivery, a cancelled task or a stale epoch never runs. The lease
  * is stretched to the task's timeout plus grace from its start.
+ *
+ * refuse_if_queue_paused: a task whose queue was paused after it was claimed
+ * (sent with a delay by the look-ahead) does not start. It goes back to
+ * `queued` with its vtime (so it keeps its place) and the attempt counted at
+ * the claim refunded, and comes back as lost with reason `queue_paused`. Both
+ * branches read the queue's flag in the statement's one snapshot, so each
+ * task takes exactly one of them.
  */
 const tasksStartIfClaimed = sql(
   'tasks_start_if_claimed',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    msg as (select * from unnest($2::bigint[], $3::bigint[]) as m(id, epoch)),
    ${LOCK_IN_ID_ORDER},
+   refused as (
+     update tasks t set
+       status = 'queued',
+       attempts = t.attempts - 1,
+       dispatched_at = null,
+       lease_expires_at = null,
+       updated_at = clock.now
+     from locked l join msg on msg.id = l.id, clock
+     where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+       and exists (select 1 from queues q where q.name = t.queue and q.paused)
+     returning t.id
+   ),
    started as (
      update tasks t set
        started_at = greatest(clock.now, t.run_at),
@@ -421,13 +488,17 @@ const tasksStartIfClaimed = sql(
        updated_at = clock.now
      from locked l join msg on msg.id = l.id, clock
      where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)
      returning ${TASK_COLUMNS_T}, greatest(0, extract(epoch from t.run_at - clock.now) * 1000)::float8 as wait_ms
    )
-   select s.*, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status, true as started
+   select s.*, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status, true as started,
+          null::text as reason
    from started s
    union all
-   select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, m.epoch, cur.lease_epoch, cur.status, false
-   from msg m left join tasks cur on cur.id = m.id
+   select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, m.epoch,
+          cur.lease_epoch, case when r.id is not null then 'queued' else cur.status end, false,
+          case when r.id is not null then 'queue_paused' end
+   from msg m left join tasks cur on cur.id = m.id left join refused r on r.id = m.id
    where m.id not in (select id from started)`,
 );
 
@@ -435,7 +506,7 @@ export async function startTasks(
   q: Queryable,
   p: { now?: Now; tasks: readonly { id: string; epoch: number }[]; leaseGraceSeconds: number },
 ): Promise<{ started: StartedTask[]; lost: LostFence[] }> {
-  const rows = await q.query<TaskRow & LostRow & { wait_ms: number; started: boolean }>(tasksStartIfClaimed, [
+  const rows = await q.query<TaskRow & LostRow & { wait_ms: number; started: boolean; reason: 'queue_paused' | null }>(tasksStartIfClaimed, [
     at(p.now),
     p.tasks.map((t) => t.id),
     p.tasks.map((t) => t.epoch),
@@ -445,7 +516,7 @@ export async function startTasks(
   const lost: LostFence[] = [];
   for (const r of rows) {
     if (r.started) started.push({ task: taskFromRow(r), waitMs: Number(r.wait_ms) });
-    else lost.push(lostFromRow(r));
+    else lost.push(r.reason ? { ...lostFromRow(r), reason: r.reason } : lostFromRow(r));
   }
   return { started, lost };
 }
@@ -567,8 +638,12 @@ export interface ReapCounts {
 /**
  * Handles running tasks whose lease expired (DESIGN §5.1). Never handed to the
  * Queue: back to `queued` with its vtime and without spending the attempt.
- * Handed off: under at-least-once a failed attempt (retry with backoff, or
- * `dead` when none is left); under at-most-once finished without redelivery.
+ * At-most-once and provably never started (started_at null: the fenced start
+ * never committed, so no handler ran): back to `queued` the same way; its old
+ * message, if it ever arrives, finds the task queued or re-claimed under a
+ * new epoch and is skipped by the fenced start. Otherwise handed off: under
+ * at-least-once a failed attempt (retry with backoff, or `dead` when none is
+ * left); under at-most-once (started) finished without redelivery.
  */
 const tasksReapExpired = sql(
   'tasks_reap_expired',
@@ -576,6 +651,8 @@ const tasksReapExpired = sql(
    expired as (
      select t.id,
             case when t.dispatched_at is null and t.started_at is null then 'queued'
+                 -- Guard: at-most-once never started is requeued, never dead.
+                 when t.delivery = 'at_most_once' and t.started_at is null then 'queued'
                  when t.delivery = 'at_most_once' then 'dead'
                  when t.attempts < t.max_attempts then 'scheduled'
                  else 'dead' end as next_status
@@ -729,13 +806,15 @@ export interface TaskFilter {
 /**
  * A tenant's tasks, newest first, by keyset (id below the cursor) so a page
  * costs the same however deep it is. Walks tasks_tenant_id_idx backwards.
+ * The status filter matches the status as shown (a task claimed early but not
+ * started is `queued`).
  */
 const tasksListForTenant = sql(
   'tasks_list_for_tenant',
   `select ${TASK_COLUMNS} from tasks
    where tenant = $1::text
      and ($2::text is null or queue = $2::text)
-     and ($3::text[] is null or status = any($3::text[]))
+     and ($3::text[] is null or ${shownStatusSql()} = any($3::text[]))
      and ($4::text is null or task = $4::text)
      and ($5::timestamptz is null or created_at >= $5::timestamptz)
      and ($6::timestamptz is null or created_at < $6::timestamptz)

@@ -1,7 +1,7 @@
 // Statements for tenants, their keys, fair-queuing weights and queues.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { TASK_STATUSES, type TaskStatus } from '../../tasks/model.ts';
+import { shownStatusSql, TASK_STATUSES, type TaskStatus } from '../../tasks/model.ts';
 
 type Now = Date | null | undefined;
 const at = (now: Now) => now ?? null;
@@ -103,20 +103,22 @@ export interface QueueStats {
 }
 
 /**
- * A tenant's view of its queues: counts by status and the lag of its oldest
- * due task. Scans the tenant's rows (tasks_tenant_id_idx); finished rows are
- * bounded by retention.
+ * A tenant's view of its queues: counts by status as shown (claimed early but
+ * not started counts as queued) and the lag of its oldest due task. Scans
+ * the tenant's rows (tasks_tenant_id_idx); finished rows are bounded by
+ * retention.
  */
 const queuesStatsForTenant = sql(
   'queues_stats_for_tenant',
   `with clock as (select coalesce($1::timestamptz, now()) as now)
-   select t.queue, coalesce(q.paused, false) as paused, t.status, count(*)::int as n,
+   select t.queue, coalesce(q.paused, false) as paused, ${shownStatusSql('t.')} as status,
+          count(*)::int as n,
           coalesce(extract(epoch from clock.now - min(t.run_at) filter (
             where t.status in ('scheduled', 'queued') and t.run_at <= clock.now)), 0)::float8 as lag
    from tasks t cross join clock left join queues q on q.name = t.queue
    where t.tenant = $2::text
-   group by t.queue, q.paused, t.status, clock.now
-   order by t.queue, t.status`,
+   group by t.queue, q.paused, 3, clock.now
+   order by 1, 3`,
 );
 
 export async function queueStats(q: Queryable, p: { now?: Now; tenant: string }): Promise<QueueStats[]> {
@@ -135,4 +137,68 @@ export async function queueStats(q: Queryable, p: { now?: Now; tenant: string })
     s.lagSeconds = Math.max(s.lagSeconds, Number(r.lag));
   }
   return [...byQueue.values()];
+}
+
+/** A tenant's stored quota overrides; null: the default from vars. */
+export interface StoredQuotas {
+  maxPendingTasks: number | null;
+  maxSchedules: number | null;
+  minScheduleIntervalSeconds: number | null;
+}
+
+interface QuotaRow {
+  max_pending_tasks: number | null;
+  max_schedules: number | null;
+  min_schedule_interval_seconds: number | null;
+}
+const quotasFromRow = (r: QuotaRow): StoredQuotas => ({
+  maxPendingTasks: r.max_pending_tasks,
+  maxSchedules: r.max_schedules,
+  minScheduleIntervalSeconds: r.min_schedule_interval_seconds,
+});
+
+/**
+ * Sets some of a tenant's quotas: a field not sent (its flag false) keeps
+ * its stored value; null returns it to the default. Locks the tenant's
+ * tenant_quotas row only, which no enqueue writes.
+ */
+const tenantQuotasUpsert = sql(
+  'tenant_quotas_upsert',
+  `insert into tenant_quotas as q (tenant, max_pending_tasks, max_schedules, min_schedule_interval_seconds)
+   values ($1::text, $3::int, $5::int, $7::int)
+   on conflict (tenant) do update set
+     max_pending_tasks = case when $2::boolean then excluded.max_pending_tasks else q.max_pending_tasks end,
+     max_schedules = case when $4::boolean then excluded.max_schedules else q.max_schedules end,
+     min_schedule_interval_seconds = case when $6::boolean then excluded.min_schedule_interval_seconds
+                                          else q.min_schedule_interval_seconds end,
+     updated_at = now()
+   returning max_pending_tasks, max_schedules, min_schedule_interval_seconds`,
+);
+
+export async function setTenantQuotas(
+  q: Queryable,
+  p: { tenant: string; quotas: { [K in keyof StoredQuotas]?: number | null } },
+): Promise<StoredQuotas> {
+  const field = (k: keyof StoredQuotas) => [p.quotas[k] !== undefined, p.quotas[k] ?? null] as const;
+  const rows = await q.query<QuotaRow>(tenantQuotasUpsert, [
+    p.tenant,
+    ...field('maxPendingTasks'),
+    ...field('maxSchedules'),
+    ...field('minScheduleIntervalSeconds'),
+  ]);
+  return quotasFromRow(rows[0]!);
+}
+
+/** A tenant's quota overrides and how many schedules it holds (reads only, locks nothing). */
+const tenantQuotasGet = sql(
+  'tenant_quotas_get_with_schedule_count',
+  `select q.max_pending_tasks, q.max_schedules, q.min_schedule_interval_seconds, q.tenant is not null as stored,
+          (select count(*)::int from schedules s where s.tenant = $1::text) as schedules
+   from (select 1) one left join tenant_quotas q on q.tenant = $1::text`,
+);
+
+export async function getTenantQuotas(q: Queryable, tenant: string): Promise<{ stored: StoredQuotas | null; schedules: number }> {
+  const rows = await q.query<QuotaRow & { stored: boolean; schedules: number }>(tenantQuotasGet, [tenant]);
+  const r = rows[0]!;
+  return { stored: r.stored ? quotasFromRow(r) : null, schedules: r.schedules };
 }

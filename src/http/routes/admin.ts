@@ -1,10 +1,11 @@
 // /v1/admin: keys, fair-queuing weights and queue pauses. Admin token only.
 import { createRoute, z } from '@hono/zod-openapi';
-import { revokeApiKey, setQueuePaused, setTenantWeight } from '../../db/sql/tenants.ts';
+import { revokeApiKey, setQueuePaused, setTenantQuotas, setTenantWeight } from '../../db/sql/tenants.ts';
 import { notFound } from '../../errors.ts';
 import { createApiKey } from '../../tenants/keys.ts';
-import type { App } from '../app.ts';
-import { ApiKeySchema, IdParam, KeyCreateSchema, QueueName, QueuePauseSchema, TenantName, TenantWeightSchema } from '../schemas.ts';
+import { effectiveQuotas } from '../../tenants/quotas.ts';
+import type { App, AppDeps } from '../app.ts';
+import { ApiKeySchema, IdParam, KeyCreateSchema, QueueName, QueuePauseSchema, TenantName, TenantSetSchema, TenantWeightSchema } from '../schemas.ts';
 import { commonErrors, json, jsonBody, notFoundError } from './common.ts';
 
 const createKeyRoute = createRoute({
@@ -26,10 +27,10 @@ const revokeKeyRoute = createRoute({
 const putTenantRoute = createRoute({
   method: 'put',
   path: '/v1/admin/tenants/{tenant}',
-  summary: "Set a tenant's weight in a queue",
+  summary: "Set a tenant's weight in a queue, its quotas, or both",
   request: { params: z.object({ tenant: TenantName.openapi({ param: { name: 'tenant', in: 'path' } }) }), ...jsonBody(TenantWeightSchema) },
   responses: {
-    200: json(z.object({ tenant: z.string(), queue: z.string(), weight: z.number() }).openapi('TenantWeightSet'), 'Set'),
+    200: json(TenantSetSchema, 'Set'),
     ...commonErrors,
   },
 });
@@ -51,7 +52,7 @@ const keyJson = (k: { id: string; tenant: string; prefix: string; createdAt: Dat
   ...(k.key ? { key: k.key } : {}),
 });
 
-export function registerAdminRoutes(app: App): void {
+export function registerAdminRoutes(app: App, { config }: AppDeps): void {
   app.openapi(createKeyRoute, async (c) => {
     const created = await createApiKey(c.env.db, c.req.valid('json').tenant, c.env.now);
     c.var.log.info('api key created', { keyId: created.id, tenant: created.tenant, prefix: created.prefix });
@@ -66,9 +67,14 @@ export function registerAdminRoutes(app: App): void {
   });
 
   app.openapi(putTenantRoute, async (c) => {
-    const { queue, weight } = c.req.valid('json');
-    const set = await setTenantWeight(c.env.db, { queue: queue ?? 'default', tenant: c.req.valid('param').tenant, weight });
-    return c.json(set, 200);
+    const { queue, weight, quotas } = c.req.valid('json');
+    const tenant = c.req.valid('param').tenant;
+    const [set, stored] = await Promise.all([
+      weight !== undefined ? setTenantWeight(c.env.db, { queue: queue ?? 'default', tenant, weight }) : null,
+      quotas !== undefined ? setTenantQuotas(c.env.db, { tenant, quotas }) : null,
+    ]);
+    if (stored) c.var.log.info('tenant quotas set', { tenant, quotas });
+    return c.json({ ...(set ?? { tenant }), ...(stored ? { quotas: effectiveQuotas(stored, config) } : {}) }, 200);
   });
 
   app.openapi(putQueueRoute, async (c) => {

@@ -18,3 +18,6 @@ export const commonErrors = {
 };
 export const notFoundError = (what: string) => ({ 404: json(ErrorSchema, `No such ${what}`) });
 export const conflictError = (why: string) => ({ 409: json(ErrorSchema, why) });
+export const quotaError = (which: string) => ({
+  429: json(ErrorSchema, `Quota exceeded (${which}); nothing was written. Retry-After is set where waiting helps`),
+});

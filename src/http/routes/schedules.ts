@@ -4,7 +4,7 @@ import { databaseNow, getSchedule, listScheduleRuns, listSchedules, setScheduleE
 import { notFound } from '../../errors.ts';
 import { specOf, type Schedule } from '../../schedules/model.ts';
 import { nextFireTimes } from '../../schedules/recurrence.ts';
-import { deleteSchedule, putSchedule } from '../../schedules/service.ts';
+import { deleteSchedule, pauseSchedule, putSchedule } from '../../schedules/service.ts';
 import type { App, AppDeps } from '../app.ts';
 import {
   NextQuery,
@@ -18,7 +18,7 @@ import {
   encodeCursor,
   taskJson,
 } from '../schemas.ts';
-import { commonErrors, json, jsonBody, notFoundError } from './common.ts';
+import { commonErrors, json, jsonBody, notFoundError, quotaError } from './common.ts';
 
 const NameParam = z.object({ name: ScheduleName });
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
@@ -56,9 +56,14 @@ const routes = {
   put: createRoute({
     method: 'put',
     path: '/v1/schedules/{name}',
-    summary: 'Create or replace a schedule',
+    summary: 'Create or replace a schedule; occurrences planned under the old definition that have not started give way to the new one',
     request: { params: NameParam, ...jsonBody(ScheduleWriteSchema) },
-    responses: { 201: json(ScheduleSchema, 'Created'), 200: json(ScheduleSchema, 'Replaced'), ...commonErrors },
+    responses: {
+      201: json(ScheduleSchema, 'Created'),
+      200: json(ScheduleSchema, 'Replaced'),
+      ...commonErrors,
+      ...quotaError('maxSchedules or minScheduleIntervalSeconds'),
+    },
   }),
   list: createRoute({
     method: 'get',
@@ -87,14 +92,14 @@ const routes = {
   pause: createRoute({
     method: 'post',
     path: '/v1/schedules/{name}/pause',
-    summary: 'Pause a schedule',
+    summary: 'Pause a schedule; its occurrences that have not started (even claimed early) are taken back: nothing fires after this answers',
     request: { params: NameParam },
     responses: { 200: json(ScheduleSchema, 'Paused'), ...commonErrors, ...notFoundError('schedule') },
   }),
   resume: createRoute({
     method: 'post',
     path: '/v1/schedules/{name}/resume',
-    summary: 'Resume a schedule; fire times missed meanwhile follow its misfire policy',
+    summary: 'Resume a schedule; fire times since the pause follow its misfire policy',
     request: { params: NameParam },
     responses: { 200: json(ScheduleSchema, 'Resumed'), ...commonErrors, ...notFoundError('schedule') },
   }),
@@ -151,16 +156,17 @@ export function registerScheduleRoutes(app: App, deps: AppDeps): void {
     return c.json(scheduleJson(deleted), 200);
   });
 
-  for (const [route, enabled] of [
-    [routes.pause, false],
-    [routes.resume, true],
-  ] as const) {
-    app.openapi(route, async (c) => {
-      const s = await setScheduleEnabled(c.env.db, { now: c.env.now, tenant: c.var.tenant, name: c.req.valid('param').name, enabled });
-      if (!s) throw notFound('schedule');
-      return c.json(scheduleJson(s), 200);
-    });
-  }
+  app.openapi(routes.pause, async (c) => {
+    const s = await pauseSchedule(c.env.db, c.var.tenant, c.req.valid('param').name, c.env.now);
+    if (!s) throw notFound('schedule');
+    return c.json(scheduleJson(s), 200);
+  });
+
+  app.openapi(routes.resume, async (c) => {
+    const s = await setScheduleEnabled(c.env.db, { now: c.env.now, tenant: c.var.tenant, name: c.req.valid('param').name, enabled: true });
+    if (!s) throw notFound('schedule');
+    return c.json(scheduleJson(s), 200);
+  });
 
   app.openapi(routes.next, async (c) => {
     const s = await getSchedule(c.env.db, c.var.tenant, c.req.valid('param').name);

@@ -6,7 +6,8 @@ import { dispatchRunnable } from '../../sweep/sweep.ts';
 import { cancelTask } from '../../tasks/cancel.ts';
 import { enqueueTasks, type EnqueueResult } from '../../tasks/enqueue.ts';
 import type { App, AppDeps } from '../app.ts';
-import { commonErrors, json, jsonBody } from './common.ts';
+import { commonErrors, conflictError, json, jsonBody, quotaError } from './common.ts';
+import { isStorableText } from '../hostile-json.ts';
 import type { Invocation } from '../context.ts';
 import {
   ErrorSchema,
@@ -32,7 +33,9 @@ const createTaskRoute = createRoute({
     201: json(TaskSchema, 'Created'),
     200: json(z.union([TaskSchema, SpentTaskSchema]), 'Idempotency key seen: rescheduled while waiting, or deduplicated once spent'),
     ...commonErrors,
+    ...conflictError('The idempotency key is held by a task of another task type or queue'),
     413: json(ErrorSchema, 'Body too large'),
+    ...quotaError('maxPendingTasks'),
   },
 });
 
@@ -61,7 +64,16 @@ const cancelTaskByKeyRoute = createRoute({
   method: 'delete',
   path: '/v1/tasks/by-key/{idempotencyKey}',
   summary: 'Cancel a task by its idempotency key',
-  request: { params: z.object({ idempotencyKey: z.string().min(1).max(256).openapi({ param: { name: 'idempotencyKey', in: 'path' } }) }) },
+  request: {
+    params: z.object({
+      idempotencyKey: z
+        .string()
+        .min(1)
+        .max(256)
+        .refine(isStorableText, 'no NUL (\\u0000) or lone surrogates')
+        .openapi({ param: { name: 'idempotencyKey', in: 'path' } }),
+    }),
+  },
   responses: {
     200: json(TaskSchema, 'Cancelled (or already cancelled)'),
     ...commonErrors,
@@ -79,7 +91,9 @@ const createTaskBatchRoute = createRoute({
     201: json(z.object({ tasks: z.array(z.union([TaskSchema, SpentTaskSchema])) }).openapi('TaskBatchResult'), 'Written, in input order'),
     200: json(z.object({ tasks: z.array(z.union([TaskSchema, SpentTaskSchema])) }), 'Every item hit an existing idempotency key'),
     ...commonErrors,
+    ...conflictError('An idempotency key is held by a task of another task type or queue'),
     413: json(ErrorSchema, 'Body or a payload too large'),
+    ...quotaError('maxPendingTasks; the whole batch is refused'),
   },
 });
 

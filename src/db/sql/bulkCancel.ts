@@ -1,0 +1,54 @@
+// Bulk cancel (issue 15): a tenant's tasks matching a filter that have not
+// started, cancelled in bounded batches, one statement per batch.
+import type { Queryable } from '../seam.ts';
+import { sql } from '../seam.ts';
+import { MATCH_PREDICATES, matchParams, type TaskMatch } from './replay.ts';
+
+type Now = Date | null | undefined;
+
+/** Statuses a task may have and still be cancelled (running only while claimed early, not started). */
+export const CANCELLABLE_STATUSES = ['scheduled', 'queued', 'running'] as const;
+
+/**
+ * Cancels up to `limit` of the tenant's matching tasks that have not started,
+ * lowest id first, after `afterId` (progress within one bulk call). The guard
+ * is DELETE /v1/tasks/{id}'s (tasks_cancel_if_not_started): waiting, or
+ * claimed (even sent to the Queue with a delay) but not started; the
+ * consumer's fenced start then skips it. Rows are locked with SKIP LOCKED,
+ * so the statement never waits on (or deadlocks with) a consumer starting
+ * the same tasks: a task being started is left alone, and FOR UPDATE
+ * re-checks the guard on the latest row version of every task it takes.
+ * A cancelled task is terminal, so a repeated call never matches it again.
+ */
+const tasksCancelMatching = sql(
+  'tasks_cancel_matching_if_not_started',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   picked as (
+     select t.id from tasks t
+     where ${MATCH_PREDICATES}
+       and (t.status in ('scheduled', 'queued') or (t.status = 'running' and t.started_at is null))
+       and ($10::bigint is null or t.id > $10::bigint)
+     order by t.id
+     limit $3::int
+     for update of t skip locked
+   )
+   update tasks t set status = 'cancelled', finished_at = clock.now, lease_expires_at = null, updated_at = clock.now
+   from picked, clock
+   where t.id = picked.id
+   returning t.id`,
+);
+
+/** The ids cancelled, ascending. */
+export async function cancelMatchingTasks(
+  q: Queryable,
+  p: { now?: Now; tenant: string; match: TaskMatch; afterId?: string | null; limit: number },
+): Promise<string[]> {
+  const rows = await q.query<{ id: string }>(tasksCancelMatching, [
+    p.now ?? null,
+    p.tenant,
+    p.limit,
+    ...matchParams(p.match),
+    p.afterId ?? null,
+  ]);
+  return rows.map((r) => String(r.id)).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1));
+}

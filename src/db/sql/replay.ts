@@ -1,0 +1,173 @@
+// Replay (issue 15): terminal tasks become new tasks with the same type,
+// payload, queue and options, `replay_of` naming the original, and no
+// idempotency key. One statement per batch, whatever its size (the HTTP
+// layer sends at most REPLAY_BATCH_SIZE originals per statement).
+//
+// The originals are terminal, hence immutable: they are read, never locked
+// or written. What keeps a task from being replayed twice is the unique
+// index of migration 0014 (tasks_replay_of_key): the NOT EXISTS below skips
+// originals that already have a replay (so a repeated bulk call continues
+// where the last one stopped, and its limit counts new replays only), and
+// ON CONFLICT ... DO NOTHING settles two statements racing over one original.
+//
+// Quotas (maxPendingTasks) will count these rows as new pending tasks: the
+// check belongs in this statement's `originals` CTE (a lower limit), or in
+// the service before it (src/tasks/replay.ts, `replayTasks`).
+import type { Queryable } from '../seam.ts';
+import { sql } from '../seam.ts';
+import { TASK_COLUMNS, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
+
+type Now = Date | null | undefined;
+
+const TASK_COLUMNS_T = TASK_COLUMNS.split(',')
+  .map((c) => `t.${c.trim()}`)
+  .join(', ');
+
+/** Most originals one replay or bulk-cancel statement handles; larger limits take several. */
+export const BULK_BATCH_SIZE = 1000;
+
+/** Statuses a replay starts from. */
+export const REPLAYABLE_STATUSES = ['succeeded', 'dead', 'cancelled', 'missed'] as const;
+
+/**
+ * The fair-queuing part of an insert, as in tasks_insert_batch: from a CTE
+ * `input` with (queue, runnable, ord) and the tenant in `$2`, advances the
+ * tenant's row of each queue once for the whole batch and gives each
+ * runnable row its vtime in `ord` order (CTE `rows`: input's columns + vtime).
+ * Only this tenant's rows are written, in queue order, like every statement
+ * that writes them.
+ */
+export const FAIR_VTIME_CTES = `
+   known_queues as (
+     insert into queues (name) select distinct queue from input order by queue on conflict do nothing
+   ),
+   runnable_counts as (
+     select queue, count(*)::double precision as n from input where runnable group by queue
+   ),
+   fair as (
+     insert into tenants as t (queue, tenant, last_vtime)
+     select c.queue, $2::text, coalesce(q.vclock, 0) + c.n
+     from runnable_counts c left join queues q on q.name = c.queue
+     order by c.queue
+     on conflict (queue, tenant) do update set
+       last_vtime = greatest(t.last_vtime, coalesce((select q.vclock from queues q where q.name = t.queue), 0))
+                    + (select c.n from runnable_counts c where c.queue = t.queue) / t.weight,
+       updated_at = now()
+     returning t.queue, t.last_vtime, t.weight
+   ),
+   rows as (
+     select i.*,
+            case when i.runnable then
+              f.last_vtime - (c.n - row_number() over (partition by i.queue, i.runnable order by i.ord)) / f.weight
+            end as vtime
+     from input i
+     left join fair f on i.runnable and f.queue = i.queue
+     left join runnable_counts c on i.runnable and c.queue = i.queue
+   )`;
+
+export interface TaskMatch {
+  /** Only these ids (still scoped by tenant and the other fields). */
+  ids?: readonly string[];
+  queue?: string;
+  statuses?: readonly string[];
+  task?: string;
+  createdAfter?: Date;
+  createdBefore?: Date;
+}
+
+/** The filter's parameters, in the order both bulk statements take them ($4-$9). */
+export function matchParams(m: TaskMatch): unknown[] {
+  return [
+    m.ids && m.ids.length > 0 ? m.ids : null,
+    m.queue ?? null,
+    m.statuses && m.statuses.length > 0 ? m.statuses : null,
+    m.task ?? null,
+    m.createdAfter ?? null,
+    m.createdBefore ?? null,
+  ];
+}
+
+/** The filter's predicates over alias `t`, for $2 (tenant) and $4-$9 (matchParams). */
+export const MATCH_PREDICATES = `t.tenant = $2::text
+     and ($4::bigint[] is null or t.id = any($4::bigint[]))
+     and ($5::text is null or t.queue = $5::text)
+     and ($6::text[] is null or t.status = any($6::text[]))
+     and ($7::text is null or t.task = $7::text)
+     and ($8::timestamptz is null or t.created_at >= $8::timestamptz)
+     and ($9::timestamptz is null or t.created_at < $9::timestamptz)`;
+
+/**
+ * Replays a tenant's terminal tasks matching the filter, lowest id first,
+ * after `afterId` (progress within one bulk call), at most `limit`.
+ * Locks nothing but the tenant's fair-queuing rows; guards: the tenant, the
+ * terminal status, no replay yet (NOT EXISTS, and the unique index on
+ * conflict). A replay due within the look-ahead is born `queued` with its
+ * vtime, otherwise `scheduled`, exactly like an enqueue.
+ */
+const tasksReplayTerminal = sql(
+  'tasks_replay_terminal',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   originals as (
+     select t.id, t.queue, t.task, t.payload, t.max_attempts, t.backoff_base_ms, t.backoff_max_ms,
+            t.timeout_ms, t.delivery
+     from tasks t
+     where ${MATCH_PREDICATES}
+       and t.status in ('succeeded', 'dead', 'cancelled', 'missed')
+       and ($10::bigint is null or t.id > $10::bigint)
+       and not exists (select 1 from tasks r where r.replay_of = t.id)
+     order by t.id
+     limit $11::int
+   ),
+   input as (
+     select o.*, o.id as ord, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
+     from originals o, clock,
+          lateral (select coalesce($12::timestamptz, clock.now + coalesce($13::bigint, 0) * interval '1 millisecond') as due_at) d
+   ),
+   ${FAIR_VTIME_CTES}
+   insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
+                           backoff_max_ms, timeout_ms, delivery, vtime, replay_of, created_at, updated_at)
+   select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
+          r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
+          r.vtime, r.id, clock.now, clock.now
+   from rows r, clock
+   order by r.id
+   on conflict (replay_of) where replay_of is not null do nothing
+   returning ${TASK_COLUMNS_T}`,
+);
+
+export async function replayTerminalTasks(
+  q: Queryable,
+  p: {
+    now?: Now;
+    tenant: string;
+    lookaheadSeconds: number;
+    match: TaskMatch;
+    afterId?: string | null;
+    limit: number;
+    runAt?: Date | null;
+    delayMs?: number | null;
+  },
+): Promise<Task[]> {
+  const rows = await q.query<TaskRow>(tasksReplayTerminal, [
+    p.now ?? null,
+    p.tenant,
+    p.lookaheadSeconds,
+    ...matchParams(p.match),
+    p.afterId ?? null,
+    p.limit,
+    p.runAt ?? null,
+    p.delayMs ?? null,
+  ]);
+  return rows.map(taskFromRow).sort((a, b) => (BigInt(a.replayOf!) < BigInt(b.replayOf!) ? -1 : 1));
+}
+
+const tasksGetReplayOf = sql(
+  'tasks_get_replay_of',
+  `select ${TASK_COLUMNS} from tasks where tenant = $1::text and replay_of = $2::bigint`,
+);
+
+/** The replay of a task, if it has one (scoped by tenant). */
+export async function getReplayOf(q: Queryable, tenant: string, id: string): Promise<Task | null> {
+  const rows = await q.query<TaskRow>(tasksGetReplayOf, [tenant, id]);
+  return rows[0] ? taskFromRow(rows[0]) : null;
+}

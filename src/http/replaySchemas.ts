@@ -1,0 +1,70 @@
+// Schemas of replay, bulk actions and schedule triggers (issue 15).
+import { z } from '@hono/zod-openapi';
+import { CANCELLABLE_STATUSES } from '../db/sql/bulkCancel.ts';
+import { REPLAYABLE_STATUSES } from '../db/sql/replay.ts';
+import { TASK_STATUSES } from '../tasks/model.ts';
+import { Instant, MAX_DELAY_SECONDS, QueueName, TaskType, inRunAtRange, isId } from './schemas.ts';
+
+export const MAX_BULK_LIMIT = 10_000;
+export const DEFAULT_BULK_LIMIT = 1000;
+
+/** A task id in a body: a positive bigint, as a string. */
+export const TaskIdString = z.string().refine(isId, 'an id (digits, at most 9223372036854775807)').openapi({ example: '42' });
+
+export const ReplaySchema = z
+  .strictObject({
+    runAt: Instant.optional().openapi({ description: 'When the replay is due (default now). Exclusive with delay.' }),
+    delay: z.number().min(0).max(MAX_DELAY_SECONDS).optional().openapi({ description: 'Seconds from now.' }),
+  })
+  .refine((t) => t.runAt === undefined || t.delay === undefined, { message: 'give runAt or delay, not both', path: ['delay'] })
+  .refine((t) => t.runAt === undefined || inRunAtRange(t.runAt), { message: 'must be between the years 2000 and 2200', path: ['runAt'] })
+  .openapi('Replay');
+
+const FILTER_FIELDS = ['queue', 'status', 'task', 'createdAfter', 'createdBefore', 'ids'] as const;
+
+function bulkSchema(name: string, statuses: readonly string[], what: string) {
+  return z
+    .strictObject({
+      queue: QueueName.optional(),
+      status: z
+        .array(z.enum(TASK_STATUSES))
+        .min(1)
+        .max(TASK_STATUSES.length)
+        .optional()
+        .openapi({ description: `Among ${statuses.join(', ')} (${what}).` }),
+      task: TaskType.optional(),
+      createdAfter: Instant.optional().openapi({ description: 'Created at or after this instant.' }),
+      createdBefore: Instant.optional().openapi({ description: 'Created before this instant.' }),
+      ids: z.array(TaskIdString).min(1).max(MAX_BULK_LIMIT).optional(),
+      limit: z.int().min(1).max(MAX_BULK_LIMIT).optional().openapi({ description: `Most tasks this call acts on (default ${DEFAULT_BULK_LIMIT}).` }),
+    })
+    .superRefine((b, ctx) => {
+      if (FILTER_FIELDS.every((f) => b[f] === undefined)) {
+        ctx.addIssue({ code: 'custom', path: ['body'], message: `name at least one of ${FILTER_FIELDS.join(', ')}` });
+      }
+      b.status?.forEach((s, i) => {
+        if (!statuses.includes(s)) ctx.addIssue({ code: 'custom', path: ['status', i], message: `${what}: one of ${statuses.join(', ')}` });
+      });
+    })
+    .openapi(name);
+}
+
+export const BulkCancelSchema = bulkSchema('BulkCancel', CANCELLABLE_STATUSES, 'only tasks that have not started are cancelled');
+export const BulkReplaySchema = bulkSchema('BulkReplay', REPLAYABLE_STATUSES, 'only finished tasks are replayed');
+export type BulkFilter = z.infer<typeof BulkCancelSchema>;
+
+export const BulkResultSchema = z
+  .object({
+    affected: z.int(),
+    ids: z.array(z.string()).openapi({ description: 'The tasks acted on, ascending. Calling again with the same filter continues after them.' }),
+  })
+  .openapi('BulkResult');
+
+export const BulkReplayResultSchema = z
+  .object({
+    affected: z.int(),
+    ids: z.array(z.string()).openapi({ description: 'The originals replayed, ascending.' }),
+    replayIds: z.array(z.string()).openapi({ description: 'Their replays (new tasks), in the same order.' }),
+  })
+  .openapi('BulkReplayResult');
+

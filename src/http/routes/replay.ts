@@ -1,0 +1,100 @@
+// Replay and bulk actions on a tenant's tasks (issue 15):
+// POST /v1/tasks/{id}/replay, /v1/tasks/bulk-cancel, /v1/tasks/bulk-replay.
+import { createRoute } from '@hono/zod-openapi';
+import type { TaskMatch } from '../../db/sql/replay.ts';
+import { cancelMatching } from '../../tasks/bulkCancel.ts';
+import { replayMatching, replayTask } from '../../tasks/replay.ts';
+import type { App, AppDeps } from '../app.ts';
+import {
+  BulkCancelSchema,
+  BulkReplayResultSchema,
+  BulkReplaySchema,
+  BulkResultSchema,
+  DEFAULT_BULK_LIMIT,
+  ReplaySchema,
+  type BulkFilter,
+} from '../replaySchemas.ts';
+import { IdParam, TaskSchema, taskJson } from '../schemas.ts';
+import { commonErrors, conflictError, json, notFoundError } from './common.ts';
+import { kickDueQueues } from './tasks.ts';
+
+const routes = {
+  replay: createRoute({
+    method: 'post',
+    path: '/v1/tasks/{id}/replay',
+    summary: 'Replay a finished task as a new task (same type, payload, queue and options)',
+    request: {
+      params: IdParam,
+      body: { content: { 'application/json': { schema: ReplaySchema } }, required: false },
+    },
+    responses: {
+      201: json(TaskSchema, 'The new task (replayOf names the original)'),
+      200: json(TaskSchema, 'The task was already replayed: its replay (a task has at most one)'),
+      ...commonErrors,
+      ...notFoundError('task for this tenant'),
+      ...conflictError('The task has not finished'),
+    },
+  }),
+  bulkCancel: createRoute({
+    method: 'post',
+    path: '/v1/tasks/bulk-cancel',
+    summary: 'Cancel the matching tasks that have not started, up to limit',
+    request: { body: { content: { 'application/json': { schema: BulkCancelSchema } }, required: true } },
+    responses: { 200: json(BulkResultSchema, 'The tasks cancelled'), ...commonErrors },
+  }),
+  bulkReplay: createRoute({
+    method: 'post',
+    path: '/v1/tasks/bulk-replay',
+    summary: 'Replay the matching finished tasks that have no replay yet, up to limit',
+    request: { body: { content: { 'application/json': { schema: BulkReplaySchema } }, required: true } },
+    responses: { 200: json(BulkReplayResultSchema, 'The tasks replayed and their replays'), ...commonErrors },
+  }),
+};
+
+function matchOf(b: BulkFilter): TaskMatch {
+  return {
+    ids: b.ids,
+    queue: b.queue,
+    statuses: b.status,
+    task: b.task,
+    createdAfter: b.createdAfter !== undefined ? new Date(b.createdAfter) : undefined,
+    createdBefore: b.createdBefore !== undefined ? new Date(b.createdBefore) : undefined,
+  };
+}
+
+export function registerReplayRoutes(app: App, deps: AppDeps): void {
+  app.openapi(routes.bulkCancel, async (c) => {
+    const b = c.req.valid('json');
+    const ids = await cancelMatching(c.env.db, c.var.tenant, matchOf(b), b.limit ?? DEFAULT_BULK_LIMIT, c.env.now);
+    return c.json({ affected: ids.length, ids }, 200);
+  });
+
+  app.openapi(routes.bulkReplay, async (c) => {
+    const b = c.req.valid('json');
+    const { ids, replays } = await replayMatching(
+      { db: c.env.db, config: deps.config },
+      c.var.tenant,
+      matchOf(b),
+      b.limit ?? DEFAULT_BULK_LIMIT,
+      c.env.now,
+    );
+    kickDueQueues(deps, c.env, replays.map((task) => ({ outcome: 'created' as const, task })), c.var.log);
+    return c.json({ affected: ids.length, ids, replayIds: replays.map((r) => r.id) }, 200);
+  });
+
+  app.openapi(routes.replay, async (c) => {
+    const body = (c.req.valid('json') ?? {}) as { runAt?: string; delay?: number };
+    const result = await replayTask(
+      { db: c.env.db, config: deps.config },
+      c.var.tenant,
+      c.req.valid('param').id,
+      { runAt: body.runAt !== undefined ? new Date(body.runAt) : undefined, delay: body.delay },
+      c.env.now,
+    );
+    if (result.outcome === 'created') {
+      kickDueQueues(deps, c.env, [{ outcome: 'created', task: result.task }], c.var.log);
+      return c.json(taskJson(result.task), 201);
+    }
+    return c.json(taskJson(result.task), 200);
+  });
+}

@@ -1,0 +1,89 @@
+// Replay (issue 15): a terminal task (succeeded, dead, cancelled, missed)
+// becomes a new task with the same type, payload, queue and options; the
+// original never changes. A task has at most one replay (migration 0014):
+// replaying it again answers its existing replay, so a retried request never
+// makes two; to run it once more, replay the replay.
+//
+// Quota seam (maxPendingTasks): every replay is a new pending task. A quota
+// check belongs at the top of `replayTask` and `replayMatching`, before the
+// statement, and may lower `limit`.
+import type { Config } from '../config.ts';
+import type { Queryable } from '../db/seam.ts';
+import { getTask } from '../db/sql/tasks.ts';
+import { BULK_BATCH_SIZE, getReplayOf, replayTerminalTasks, type TaskMatch } from '../db/sql/replay.ts';
+import { conflict, notFound } from '../errors.ts';
+import { TERMINAL_STATUSES, type Task } from './model.ts';
+
+export interface ReplayDeps {
+  db: Queryable;
+  config: Config;
+}
+
+/** When the replay is due: now (both unset), at `runAt`, or `delay` seconds from now. */
+export interface ReplayTiming {
+  runAt?: Date;
+  delay?: number;
+}
+
+export type ReplayResult = { outcome: 'created' | 'existing'; task: Task };
+
+export async function replayTask(deps: ReplayDeps, tenant: string, id: string, timing: ReplayTiming = {}, now?: Date): Promise<ReplayResult> {
+  const [created] = await replayTerminalTasks(deps.db, {
+    now,
+    tenant,
+    lookaheadSeconds: deps.config.lookaheadSeconds,
+    match: { ids: [id] },
+    limit: 1,
+    runAt: timing.runAt ?? null,
+    delayMs: timing.runAt ? null : Math.round((timing.delay ?? 0) * 1000),
+  });
+  if (created) return { outcome: 'created', task: created };
+  // Nothing was written: say why, without revealing other tenants' tasks.
+  const original = await getTask(deps.db, tenant, id);
+  if (!original) throw notFound('task');
+  if (!TERMINAL_STATUSES.includes(original.status)) {
+    throw conflict(`only a finished task can be replayed; this one is ${original.status}`);
+  }
+  const existing = await getReplayOf(deps.db, tenant, id);
+  if (existing) return { outcome: 'existing', task: existing };
+  // The original was purged between the two reads.
+  throw notFound('task');
+}
+
+export interface BulkReplayResult {
+  /** The originals replayed, ascending. */
+  ids: string[];
+  /** Their replays, in the same order. */
+  replays: Task[];
+}
+
+/**
+ * Replays up to `limit` matching terminal tasks that have no replay yet, in
+ * statements of at most BULK_BATCH_SIZE. Calling again with the same filter
+ * continues where this call stopped.
+ */
+export async function replayMatching(
+  deps: ReplayDeps,
+  tenant: string,
+  match: TaskMatch,
+  limit: number,
+  now?: Date,
+): Promise<BulkReplayResult> {
+  const replays: Task[] = [];
+  let afterId: string | null = null;
+  while (replays.length < limit) {
+    const want = Math.min(BULK_BATCH_SIZE, limit - replays.length);
+    const batch = await replayTerminalTasks(deps.db, {
+      now,
+      tenant,
+      lookaheadSeconds: deps.config.lookaheadSeconds,
+      match,
+      afterId,
+      limit: want,
+    });
+    replays.push(...batch);
+    if (batch.length < want) break;
+    afterId = batch.at(-1)!.replayOf;
+  }
+  return { ids: replays.map((r) => r.replayOf!), replays };
+}

@@ -1,0 +1,158 @@
+// Quotas (issue 10, finding 4): maxPendingTasks checked inside the enqueue
+// statement (a batch that would pass it is refused whole, 429 naming the
+// quota, Retry-After), maxSchedules and minScheduleIntervalSeconds checked at
+// schedule writes (a cron firing every second counts as 1), set through
+// PUT /v1/admin/tenants/{tenant} {"quotas"}, defaults from vars.
+import { beforeEach, describe, expect, it } from 'vitest';
+import { readConfig } from '../../src/config.ts';
+import { shortestGapSeconds } from '../../src/tenants/quotas.ts';
+import { resetTables, T0, at, useTestDatabase } from '../helpers/db.ts';
+import { createHarness } from '../helpers/harness.ts';
+import { createTestApi } from '../helpers/http.ts';
+
+const t = useTestDatabase();
+let api: ReturnType<typeof createTestApi>;
+
+beforeEach(async () => {
+  await resetTables(t.db);
+  api = createTestApi(t.db);
+  api.setNow(T0);
+});
+
+const count = async (tenant: string) =>
+  (await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where tenant = $1::text`, [tenant]))[0]!.n;
+const enqueue = (tenant: string, body: unknown) => api.admin('POST', '/v1/tasks', { tenant, body });
+const batch = (tenant: string, n: number, extra: object = {}) =>
+  api.admin('POST', '/v1/tasks/batch', { tenant, body: { tasks: Array.from({ length: n }, () => ({ task: 'noop', delay: 3600, ...extra })) } });
+
+describe('maxPendingTasks', () => {
+  it('refuses the enqueue that would pass it, whole, with 429 naming the quota and Retry-After', async () => {
+    const set = await api.admin('PUT', '/v1/admin/tenants/small', { body: { quotas: { maxPendingTasks: 5 } } });
+    expect(set.status).toBe(200);
+    expect(set.body).toEqual({ tenant: 'small', quotas: { maxPendingTasks: 5, maxSchedules: 10_000, minScheduleIntervalSeconds: 1 } });
+
+    expect((await batch('small', 3)).status).toBe(201);
+    const over = await batch('small', 3);
+    expect(over.status).toBe(429);
+    expect(over.body.error.code).toBe('quota_exceeded');
+    expect(over.body.error.message).toMatch(/maxPendingTasks/);
+    expect(over.body.error.details).toEqual([{ path: 'maxPendingTasks', message: expect.stringMatching(/limit of 5/) }]);
+    expect(Number(over.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(await count('small')).toBe(3); // refused whole: none of the three stored
+
+    expect((await batch('small', 2)).status).toBe(201); // exactly at the limit
+    expect((await enqueue('small', { task: 'noop' })).status).toBe(429);
+    // Another tenant is not affected.
+    expect((await batch('other', 10)).status).toBe(201);
+  });
+
+  it('counts scheduled, queued and running tasks; finished ones free room; reschedules by key never count', async () => {
+    await api.admin('PUT', '/v1/admin/tenants/small', { body: { quotas: { maxPendingTasks: 2 } } });
+    const h = createHarness(t.db);
+    expect((await enqueue('small', { task: 'noop', idempotencyKey: 'a' })).status).toBe(201); // queued
+    expect((await enqueue('small', { task: 'noop', delay: 3600, idempotencyKey: 'b' })).status).toBe(201); // scheduled
+    expect((await enqueue('small', { task: 'noop' })).status).toBe(429);
+    // Rescheduling a held key adds nothing.
+    expect((await enqueue('small', { task: 'noop', delay: 60, idempotencyKey: 'b' })).status).toBe(200);
+    await api.settle(); // the enqueue's dispatch: 'a' is running now
+    expect((await enqueue('small', { task: 'noop' })).status).toBe(429);
+    await h.consume(api.outbox.take().map((m) => m.body), { now: T0 }); // 'a' succeeded
+    expect((await enqueue('small', { task: 'noop', delay: 3600 })).status).toBe(201);
+  });
+
+  it('null returns a quota to the default from vars; weight and queue still work alone and together', async () => {
+    api = createTestApi(t.db, { config: readConfig({ QUOTA_MAX_PENDING_TASKS: '4' }) });
+    api.setNow(T0);
+    expect((await batch('d', 5)).status).toBe(429);
+    await api.admin('PUT', '/v1/admin/tenants/d', { body: { quotas: { maxPendingTasks: 100 } } });
+    expect((await batch('d', 5)).status).toBe(201);
+    const reset = await api.admin('PUT', '/v1/admin/tenants/d', { body: { quotas: { maxPendingTasks: null } } });
+    expect(reset.body.quotas.maxPendingTasks).toBe(4);
+    expect((await batch('d', 1)).status).toBe(429);
+
+    expect((await api.admin('PUT', '/v1/admin/tenants/d', { body: { queue: 'mail', weight: 2 } })).body).toEqual({ tenant: 'd', queue: 'mail', weight: 2 });
+    const both = await api.admin('PUT', '/v1/admin/tenants/d', { body: { weight: 3, quotas: { maxSchedules: 7 } } });
+    expect(both.body).toEqual({ tenant: 'd', queue: 'default', weight: 3, quotas: { maxPendingTasks: 4, maxSchedules: 7, minScheduleIntervalSeconds: 1 } });
+  });
+
+  it('refuses bad quota bodies with a 400 naming the field', async () => {
+    const cases: [unknown, string][] = [
+      [{}, 'weight'],
+      [{ quotas: { maxPendingTasks: -1 } }, 'quotas.maxPendingTasks'],
+      [{ quotas: { maxPendingTasks: 1.5 } }, 'quotas.maxPendingTasks'],
+      [{ quotas: { maxSchedules: 'many' } }, 'quotas.maxSchedules'],
+      [{ quotas: { minScheduleIntervalSeconds: 0 } }, 'quotas.minScheduleIntervalSeconds'],
+      [{ quotas: { surprise: 1 } }, 'quotas.surprise'],
+    ];
+    for (const [body, field] of cases) {
+      const r = await api.admin('PUT', '/v1/admin/tenants/x', { body });
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.body.error.details.map((d: { path: string }) => d.path), JSON.stringify(body)).toContain(field);
+    }
+    expect((await t.db.query(`select 1 from tenant_quotas`)).length).toBe(0);
+  });
+
+  it('concurrent enqueues of one tenant overshoot by at most what all but one of them add', async () => {
+    await api.admin('PUT', '/v1/admin/tenants/race', { body: { quotas: { maxPendingTasks: 10 } } });
+    const replies = await Promise.all(Array.from({ length: 8 }, () => batch('race', 4)));
+    const accepted = replies.filter((r) => r.status === 201).length;
+    expect(replies.every((r) => r.status === 201 || r.status === 429)).toBe(true);
+    expect(accepted).toBeGreaterThanOrEqual(2);
+    // The bound the README states: limit + (concurrent statements - 1) * batch size.
+    expect(await count('race')).toBeLessThanOrEqual(10 + 7 * 4);
+    expect(await count('race')).toBe(accepted * 4);
+  });
+});
+
+describe('schedule quotas', () => {
+  const put = (tenant: string, name: string, body: object) => api.admin('PUT', `/v1/schedules/${name}`, { tenant, body: { task: 'noop', ...body } });
+
+  it('maxSchedules refuses a new schedule past the limit, but a replacement always goes through', async () => {
+    await api.admin('PUT', '/v1/admin/tenants/s', { body: { quotas: { maxSchedules: 2 } } });
+    expect((await put('s', 'a', { interval: 60 })).status).toBe(201);
+    expect((await put('s', 'b', { interval: 60 })).status).toBe(201);
+    const over = await put('s', 'c', { interval: 60 });
+    expect(over.status).toBe(429);
+    expect(over.body.error).toMatchObject({ code: 'quota_exceeded', details: [{ path: 'maxSchedules' }] });
+    expect(over.headers.get('retry-after')).toBeNull(); // waiting does not help
+    expect((await put('s', 'b', { interval: 120 })).status).toBe(200);
+    expect((await t.db.query(`select 1 from schedules where tenant = 's'`)).length).toBe(2);
+  });
+
+  it('minScheduleIntervalSeconds refuses schedules that fire more often, whatever their kind', async () => {
+    await api.admin('PUT', '/v1/admin/tenants/s', { body: { quotas: { minScheduleIntervalSeconds: 120 } } });
+    const refused: object[] = [
+      { cron: '* * * * * *', timezone: 'UTC' }, // every second
+      { cron: '0,30 * * * * *', timezone: 'UTC' }, // every 30 s
+      { cron: '0 9,10 * * *', timezone: 'Europe/Paris' }, // hourly would do; see the next
+      { cron: '0,59 0,23 * * *', timezone: 'UTC' }, // 23:59 then 00:00 next day: 60 s
+      { interval: 119 },
+      { recurrence: { every: 1, unit: 'minutes', start: at(0).toISOString() }, timezone: 'UTC' },
+    ];
+    // 09:00 and 10:00 are an hour apart: allowed.
+    const allowed = refused.splice(2, 1);
+    for (const body of refused) {
+      const r = await put('s', 'x', body);
+      expect(r.status, JSON.stringify(body)).toBe(429);
+      expect(r.body.error.details[0].path).toBe('minScheduleIntervalSeconds');
+      expect(r.headers.get('retry-after')).toBeNull();
+    }
+    expect((await t.db.query(`select 1 from schedules where tenant = 's'`)).length).toBe(0);
+    const ok = [...allowed, { cron: '*/2 * * * *', timezone: 'UTC' }, { interval: 120 }, { at: at(3600).toISOString() }];
+    for (const [i, body] of ok.entries()) expect((await put('s', `y${i}`, body)).status, JSON.stringify(body)).toBe(201);
+  });
+});
+
+describe('the shortest gap of a schedule', () => {
+  it('comes from the recurrence maths: cron seconds count, DST shortens a calendar day', () => {
+    expect(shortestGapSeconds({ kind: 'cron', cron: '* * * * * *', timezone: 'UTC' }, T0)).toBe(1);
+    expect(shortestGapSeconds({ kind: 'cron', cron: '*/15 * * * *', timezone: 'UTC' }, T0)).toBe(900);
+    expect(shortestGapSeconds({ kind: 'cron', cron: '59 23 * * *', timezone: 'UTC' }, T0)).toBe(86_400);
+    expect(shortestGapSeconds({ kind: 'interval', intervalSeconds: 7, anchor: T0 }, T0)).toBe(7);
+    expect(shortestGapSeconds({ kind: 'recurrence', every: 2, unit: 'hours', start: T0, timezone: 'UTC' }, T0)).toBe(7200);
+    // Daily at 09:00 New York across 2027-03-14 (spring forward): a 23-hour day.
+    const daily = { kind: 'recurrence', every: 1, unit: 'days', start: new Date('2027-03-01T14:00:00Z'), timezone: 'America/New_York' } as const;
+    expect(shortestGapSeconds(daily, new Date('2027-03-01T00:00:00Z'))).toBe(23 * 3600);
+    expect(shortestGapSeconds({ kind: 'once', at: T0 }, T0)).toBeNull();
+  });
+});

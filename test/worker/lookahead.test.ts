@@ -1,0 +1,224 @@
+// Issue 11 through the Worker (workerd, the real local Queue, the real 60 s
+// look-ahead): user actions on work the sweep has already claimed and sent
+// with a delay. Wall-clock waits stay at a few seconds: due times are near.
+import { createExecutionContext, createMessageBatch, createScheduledController, getQueueResult, waitOnExecutionContext } from 'cloudflare:test';
+import { env, exports } from 'cloudflare:workers';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import worker, { type Env } from '../../functions/index.ts';
+import { createNeonDb } from '../../src/db/neon.ts';
+import type { Db } from '../../src/db/seam.ts';
+
+const base = 'https://scheduler.test';
+const run = crypto.randomUUID().slice(0, 8);
+let db: Db;
+
+beforeAll(() => {
+  db = createNeonDb({ connectionString: env.DATABASE_URL, wsProxy: env.DATABASE_WS_PROXY });
+});
+afterAll(async () => {
+  await db.close();
+});
+
+async function api(path: string, tenant: string, init: { method?: string; body?: unknown } = {}) {
+  const res = await exports.default.fetch(`${base}${path}`, {
+    method: init.method ?? 'GET',
+    headers: { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json', 'x-tenant': tenant },
+    body: init.body === undefined ? undefined : JSON.stringify(init.body),
+  });
+  return { status: res.status, body: (await res.json()) as any };
+}
+
+async function sweep() {
+  const ctx = createExecutionContext();
+  await worker.scheduled(createScheduledController({ cron: '* * * * *' }), env as unknown as Env, ctx);
+  await waitOnExecutionContext(ctx);
+}
+
+async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (ok(v) || Date.now() > deadline) return v;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+const deliveries = async (path: string) =>
+  (await (await fetch(`${env.RECEIVER_URL}/_deliveries?path=${encodeURIComponent(path)}`)).json()) as { body: string }[];
+
+interface Row {
+  id: string;
+  status: string;
+  lease_epoch: string;
+  attempts: number;
+  vtime: number | null;
+  started_at: Date | null;
+  dispatched_at: Date | null;
+  run_at: Date;
+  scheduled_for: Date | null;
+}
+const rows = (where: string, params: unknown[]) =>
+  db.query<Row>(
+    `select id, status, lease_epoch, attempts, vtime, started_at, dispatched_at, run_at, scheduled_for from tasks where ${where} order by id`,
+    params,
+  );
+const dbNow = async () => (await db.query<{ now: Date }>('select now() as now'))[0]!.now;
+
+describe('reschedule by key after the sweep claimed and sent the task', () => {
+  for (const lead of [5, 30, 59]) {
+    it(`${lead} s before the due time: one run, at the new time, with the new payload`, async () => {
+      const tenant = `la-resched-${lead}-${run}`;
+      const path = `/hook/ok/resched-${lead}-${run}`;
+      const key = `debounce-${lead}`;
+      const url = `${env.RECEIVER_URL}${path}`;
+      const first = await api('/v1/tasks', tenant, {
+        method: 'POST',
+        body: { task: 'http', payload: { url, body: { v: 1 } }, delay: lead, idempotencyKey: key },
+      });
+      expect(first.status).toBe(201);
+      await sweep();
+      const [claimed] = await until(
+        () => rows('id = $1::bigint', [first.body.id]),
+        (r) => r[0]!.status === 'running' && r[0]!.dispatched_at !== null,
+      );
+      expect(claimed).toMatchObject({ status: 'running', attempts: 1 });
+      const epoch = Number(claimed!.lease_epoch);
+      // Claimed early and sent: the owner still sees it waiting.
+      const shown = await api(`/v1/tasks/${first.body.id}`, tenant);
+      expect(shown.body).toMatchObject({ status: 'queued', attempts: 0, dispatch: { epoch } });
+
+      // Rescheduled by key to 3 s from now, with a new payload.
+      const newRunAt = new Date((await dbNow()).getTime() + 3000);
+      const again = await api('/v1/tasks', tenant, {
+        method: 'POST',
+        body: { task: 'http', payload: { url, body: { v: 2 } }, runAt: newRunAt.toISOString(), idempotencyKey: key },
+      });
+      expect(again.status).toBe(200);
+      expect(again.body.deduplicated).toBeUndefined();
+      expect(again.body).toMatchObject({ id: first.body.id, status: 'queued', attempts: 0, dispatch: null, runAt: newRunAt.toISOString() });
+
+      // The message in flight is stale: delivered now, it is acknowledged and skipped.
+      const batch = createMessageBatch('edge-scheduler-tasks', [
+        { id: `old-${lead}`, timestamp: Date.now(), attempts: 1, body: { id: first.body.id, epoch, runAt: 0 } },
+      ]);
+      const ctx = createExecutionContext();
+      await worker.queue(batch as never, env as unknown as Env, ctx);
+      expect((await getQueueResult(batch, ctx)).explicitAcks).toEqual([`old-${lead}`]);
+
+      await sweep();
+      const done = await until(
+        () => api(`/v1/tasks/${first.body.id}`, tenant),
+        (r) => r.body.status === 'succeeded',
+      );
+      expect(done.body).toMatchObject({ status: 'succeeded', attempts: 1, payload: { url, body: { v: 2 } } });
+      expect(Date.parse(done.body.startedAt)).toBeGreaterThanOrEqual(newRunAt.getTime());
+      if (lead === 5) await sleep(Math.max(0, Date.parse(first.body.runAt) + 1500 - Date.now())); // the old message's own time passes
+      const got = await deliveries(path);
+      expect(got.map((d) => d.body)).toEqual(['{"v":2}']);
+    });
+  }
+});
+
+describe('schedules with occurrences already claimed', () => {
+  it('pause a 3-second interval schedule: 0 fires after the pause answered', async () => {
+    const tenant = `la-pause-${run}`;
+    const path = `/hook/ok/pause-${run}`;
+    const put = await api('/v1/schedules/tick', tenant, {
+      method: 'PUT',
+      body: { interval: 3, task: 'http', payload: { url: `${env.RECEIVER_URL}${path}`, body: { v: 1 } } },
+    });
+    expect(put.status).toBe(201);
+    await sweep();
+    const claimed = await rows(`tenant = $1::text and status = 'running' and started_at is null`, [tenant]);
+    expect(claimed.length).toBeGreaterThanOrEqual(19); // a minute of 3 s occurrences, sent with delays
+    await sleep(3500); // let one or two fire
+
+    const paused = await api('/v1/schedules/tick/pause', tenant, { method: 'POST' });
+    expect(paused.status).toBe(200);
+    const startedAtPause = (await rows(`tenant = $1::text and started_at is not null`, [tenant])).map((r) => r.id);
+    const waiting = await rows(`tenant = $1::text and status in ('scheduled', 'queued', 'running') and started_at is null`, [tenant]);
+    expect(waiting).toEqual([]);
+
+    await sleep(7000);
+    await sweep();
+    const startedLater = (await rows(`tenant = $1::text and started_at is not null`, [tenant])).map((r) => r.id);
+    expect(startedLater).toEqual(startedAtPause);
+    expect((await deliveries(path)).length).toBe(startedAtPause.length);
+    await api('/v1/schedules/tick', tenant, { method: 'DELETE' });
+  });
+
+  it("replace a schedule's payload: the next fire carries the new payload", async () => {
+    const tenant = `la-replace-${run}`;
+    const path = `/hook/ok/replace-${run}`;
+    // Every 5 s: the first fire's message (sent with a 3 s delay) arrives after the replace.
+    const body = (v: number) => ({ interval: 5, task: 'http', payload: { url: `${env.RECEIVER_URL}${path}`, body: { v } } });
+    expect((await api('/v1/schedules/tick', tenant, { method: 'PUT', body: body(1) })).status).toBe(201);
+    await sweep();
+    expect((await rows(`tenant = $1::text and status = 'running' and started_at is null`, [tenant])).length).toBeGreaterThanOrEqual(11);
+    const replaced = await api('/v1/schedules/tick', tenant, { method: 'PUT', body: body(2) });
+    expect(replaced.status).toBe(200);
+    await sweep();
+    const got = await until(() => deliveries(path), (d) => d.length >= 1, 15_000);
+    expect(got.length).toBeGreaterThanOrEqual(1);
+    expect(new Set(got.map((d) => d.body))).toEqual(new Set(['{"v":2}']));
+    await api('/v1/schedules/tick', tenant, { method: 'DELETE' });
+  });
+});
+
+describe('pause a queue with tasks already sent', () => {
+  it('none starts until the resume, then all start in order, no attempt spent', async () => {
+    const tenant = `la-queue-${run}`;
+    const queue = `la-q-${run}`;
+    const path = (i: number) => `/hook/ok/queue-${run}-${i}`;
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await api('/v1/tasks', tenant, {
+        method: 'POST',
+        // Due in 8 s: sent with a 6 s delay, so the pause below comes first.
+        body: { task: 'http', queue, payload: { url: `${env.RECEIVER_URL}${path(i)}`, body: { i } }, delay: 8 },
+      });
+      ids.push(r.body.id);
+    }
+    await sweep();
+    const sent = await until(
+      () => rows('id = any($1::bigint[])', [ids]),
+      (r) => r.every((x) => x.status === 'running' && x.dispatched_at !== null),
+    );
+    expect(sent.map((r) => r.status)).toEqual(['running', 'running', 'running']);
+    const vtimes = sent.map((r) => r.vtime);
+
+    expect((await api(`/v1/admin/queues/${queue}`, tenant, { method: 'PUT', body: { paused: true } })).status).toBe(200);
+    // The messages arrive (about 7 s); the fenced start refuses them.
+    const refused = await until(
+      () => rows('id = any($1::bigint[])', [ids]),
+      (r) => r.every((x) => x.status === 'queued'),
+      15_000,
+    );
+    expect(refused.map((r) => [r.status, r.attempts, r.started_at, r.dispatched_at])).toEqual([
+      ['queued', 0, null, null],
+      ['queued', 0, null, null],
+      ['queued', 0, null, null],
+    ]);
+    expect(refused.map((r) => r.vtime)).toEqual(vtimes);
+    await sweep(); // paused: nothing is claimed
+    await sleep(1000);
+    expect((await rows('id = any($1::bigint[])', [ids])).map((r) => r.status)).toEqual(['queued', 'queued', 'queued']);
+    for (let i = 0; i < 3; i++) expect(await deliveries(path(i))).toEqual([]);
+
+    expect((await api(`/v1/admin/queues/${queue}`, tenant, { method: 'PUT', body: { paused: false } })).status).toBe(200);
+    await sweep();
+    const done = await until(
+      () => rows('id = any($1::bigint[])', [ids]),
+      (r) => r.every((x) => x.status === 'succeeded'),
+    );
+    expect(done.map((r) => [r.status, r.attempts])).toEqual([
+      ['succeeded', 1],
+      ['succeeded', 1],
+      ['succeeded', 1],
+    ]);
+    const starts = done.map((r) => r.started_at!.getTime());
+    expect(starts).toEqual([...starts].sort((a, b) => a - b));
+    for (let i = 0; i < 3; i++) expect((await deliveries(path(i))).map((d) => d.body)).toEqual([JSON.stringify({ i })]);
+  });
+});
