@@ -4,6 +4,7 @@
 // sweep stops starting new batches when its budget is spent, so a cut-off
 // invocation leaves only work the next sweep finishes. Any number of sweeps
 // may run at once.
+import { traceIdOf } from '../tracing/trace-context.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
 import {
@@ -88,16 +89,21 @@ export const QUEUE_SEND_LIMIT = 100;
 
 /** Claims one batch of a queue, sends it (in chunks the Queue accepts), marks it dispatched. */
 async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts & { parked: number }> {
-  const { db, config, log } = deps;
-  const faults = deps.faults ?? noFaults;
-  const { claimed, parked }: { claimed: ClaimedTask[]; parked: number } = await claimTasks(db, {
+  const { claimed, parked } = await claimTasks(deps.db, {
     now,
     queue,
-    limit: config.sweepBatchSize,
+    limit: deps.config.sweepBatchSize,
     claimedBy: deps.workerId,
-    leaseSeconds: config.claimLeaseSeconds,
+    leaseSeconds: deps.config.claimLeaseSeconds,
   });
-  const counts: DispatchCounts & { parked: number } = { claimed: claimed.length, dispatched: 0, released: 0, lost: 0, parked };
+  return { ...(await sendClaimed(deps, queue, claimed, now)), parked };
+}
+
+/** Sends claimed tasks to the Queue and marks them dispatched; on a failed send, gives the claims back. */
+export async function sendClaimed(deps: SweepDeps, queue: string, claimed: ClaimedTask[], now?: Date): Promise<DispatchCounts> {
+  const { db, config, log } = deps;
+  const faults = deps.faults ?? noFaults;
+  const counts: DispatchCounts = { claimed: claimed.length, dispatched: 0, released: 0, lost: 0 };
   if (claimed.length === 0) return counts;
   await faults('sweep.after_claim', { queue, ids: claimed.map((c) => c.id) });
 
@@ -123,6 +129,11 @@ async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promis
 
   const lost = await markDispatched(db, { now, tasks: claimed, leaseSeconds: config.dispatchLeaseSeconds });
   reportLostFences(log, 'dispatch', lost);
+  // Traced tasks (W3C trace context from their enqueue) get a line each, carrying the trace id.
+  const lostIds = new Set(lost.map((l) => l.id));
+  for (const c of claimed) {
+    if (c.traceparent && !lostIds.has(c.id)) log.info('task dispatched', { queue, taskId: c.id, traceId: traceIdOf(c.traceparent), delayMs: c.delayMs });
+  }
   counts.lost = lost.length;
   counts.dispatched = claimed.length - lost.length;
   return counts;

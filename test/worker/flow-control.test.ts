@@ -3,7 +3,7 @@
 import { createExecutionContext, createScheduledController, waitOnExecutionContext } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import worker from '../../functions/index.ts';
-import { createClient } from '../../src/client/index.ts';
+import { createClient } from '../../packages/client/src/index.ts';
 import { describe, expect, it } from 'vitest';
 
 const tenant = `worker-flow-${crypto.randomUUID().slice(0, 8)}`;
@@ -46,7 +46,7 @@ describe('concurrency limits through the Worker', () => {
     expect(overlap.peak).toBeLessThanOrEqual(2);
     const client = createClient({
       baseUrl: 'https://scheduler.test',
-      key: String(env.ADMIN_TOKEN),
+      key: env.ADMIN_TOKEN,
       tenant,
       fetch: (request) => exports.default.fetch(request),
     });

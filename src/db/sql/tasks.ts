@@ -5,6 +5,7 @@
 //
 // Every write about an attempt is guarded by id + lease epoch + status: a
 // stale worker, a redelivered message or a retried statement changes nothing.
+import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { shownStatusSql, TASK_COLUMNS, taskFromRow, type Delivery, type Task, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
@@ -121,7 +122,7 @@ const tasksInsertBatch = sql(
    input as (
      select i.*, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
      from unnest($4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::bigint[], $9::int[], $10::int[],
-                 $11::int[], $12::int[], $13::text[], $14::text[], $16::text[], $17::int[], $18::int[])
+                 $11::int[], $12::int[], $13::text[], $14::text[], $18::text[], $19::int[], $20::int[])
           with ordinality as i(queue, task, payload, run_at, delay_ms, max_attempts, backoff_base_ms,
                                backoff_max_ms, timeout_ms, delivery, idempotency_key, concurrency_key,
                                concurrency_limit, priority, ord),
@@ -131,7 +132,14 @@ const tasksInsertBatch = sql(
                        where s.tenant = $2::text and s.idempotency_key = i.idempotency_key)
    ),
    known_queues as (
-     insert into queues (name) select distinct queue from input order by queue on conflict do nothing
+     -- Only names not seen yet: ON CONFLICT on an existing row waits for any
+     -- transaction updating it (a claim advancing vclock), which made every
+     -- enqueue queue behind in-flight claims; a plain read does not wait.
+     insert into queues (name)
+     select distinct i.queue from input i
+     where not exists (select 1 from queues q where q.name = i.queue)
+     order by i.queue
+     on conflict do nothing
    ),
    slot_limits as (
      insert into concurrency_slots as s (tenant, key, max_running)
@@ -165,10 +173,11 @@ const tasksInsertBatch = sql(
    )
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                            backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at,
-                           concurrency_key, concurrency_limit, priority)
+                           traceparent, tracestate, concurrency_key, concurrency_limit, priority)
    select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
           r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
-          r.idempotency_key, r.vtime, clock.now, clock.now, r.concurrency_key, r.concurrency_limit, r.priority
+          r.idempotency_key, r.vtime, clock.now, clock.now, $16::text, $17::text,
+          r.concurrency_key, r.concurrency_limit, r.priority
    from rows r, clock
    order by r.ord
    on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
@@ -200,7 +209,14 @@ const tasksInsertBatch = sql(
 /** One result per input, in input order; null where the key was spent and its task already purged. */
 export async function insertTasks(
   q: Queryable,
-  p: { now?: Now; tenant: string; lookaheadSeconds: number; tasks: readonly NewTask[]; maxPendingTasks: number },
+  p: {
+    now?: Now;
+    tenant: string;
+    lookaheadSeconds: number;
+    tasks: readonly NewTask[];
+    maxPendingTasks: number;
+    trace?: TraceContext | null;
+  },
 ): Promise<(WrittenTask | null)[]> {
   const col = <K extends keyof NewTask>(k: K) => p.tasks.map((t) => t[k]);
   const rows = await q.query<TaskRow & { created: boolean }>(tasksInsertBatch, [
@@ -219,6 +235,8 @@ export async function insertTasks(
     col('delivery'),
     col('idempotencyKey'),
     p.maxPendingTasks,
+    p.trace?.traceparent ?? null,
+    p.trace?.tracestate ?? null,
     col('concurrencyKey'),
     col('concurrencyLimit'),
     col('priority'),
@@ -324,6 +342,8 @@ export interface ClaimedTask {
   runAt: Date;
   /** How long after the claim the task is due (0 when already due). */
   delayMs: number;
+  /** The W3C traceparent it was enqueued with, for the sweep's log lines. */
+  traceparent: string | null;
 }
 
 /**
@@ -435,7 +455,7 @@ const tasksClaimRunnable = sql(
        updated_at = clock.now
      from decided d, clock
      where t.id = d.id and d.takes_slot
-     returning t.id, t.lease_epoch, t.run_at, t.vtime,
+     returning t.id, t.lease_epoch, t.run_at, t.vtime, t.traceparent,
                greatest(0, floor(extract(epoch from t.run_at - clock.now) * 1000))::bigint as delay_ms
    ),
    advanced as (
@@ -443,23 +463,36 @@ const tasksClaimRunnable = sql(
      from (select max(vtime) as v from claimed) m
      where q.name = $2::text and m.v is not null
    )
-   (select id, lease_epoch, run_at, delay_ms, null::int as parked from claimed order by vtime, id)
+   (select id, lease_epoch, run_at, delay_ms, traceparent, null::int as parked from claimed order by vtime, id)
    union all
    -- How many were parked: the sweep keeps claiming while claimed + parked fill batches.
-   select null, null, null, null, (select count(*)::int from decided where not takes_slot)`,
+   select null, null, null, null, null, (select count(*)::int from decided where not takes_slot)`,
 );
 
 export async function claimTasks(
   q: Queryable,
   p: { now?: Now; queue: string; limit: number; claimedBy: string; leaseSeconds: number },
 ): Promise<{ claimed: ClaimedTask[]; parked: number }> {
-  const rows = await q.query<{ id: string | null; lease_epoch: string; run_at: Date; delay_ms: string; parked: number | null }>(
+  const rows = await q.query<{
+    id: string | null;
+    lease_epoch: string;
+    run_at: Date;
+    delay_ms: string;
+    traceparent: string | null;
+    parked: number | null;
+  }>(
     tasksClaimRunnable,
     [at(p.now), p.queue, p.limit, p.claimedBy, p.leaseSeconds],
   );
   const claimed = rows
     .filter((r) => r.id !== null)
-    .map((r) => ({ id: String(r.id), epoch: Number(r.lease_epoch), runAt: r.run_at, delayMs: Number(r.delay_ms) }));
+    .map((r) => ({
+      id: String(r.id),
+      epoch: Number(r.lease_epoch),
+      runAt: r.run_at,
+      delayMs: Number(r.delay_ms),
+      traceparent: r.traceparent,
+    }));
   return { claimed, parked: Number(rows.find((r) => r.id === null)?.parked ?? 0) };
 }
 
@@ -593,6 +626,8 @@ export interface StartedTask {
   task: Task;
   /** Milliseconds until run_at (claimed early with a delay that was rounded down). */
   waitMs: number;
+  /** The W3C trace context of the request that enqueued it, if it had one. */
+  trace: TraceContext | null;
 }
 
 /**
@@ -635,13 +670,14 @@ const tasksStartIfClaimed = sql(
      from locked l join msg on msg.id = l.id, clock
      where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)
-     returning ${TASK_COLUMNS_T}, greatest(0, extract(epoch from t.run_at - clock.now) * 1000)::float8 as wait_ms
+     returning ${TASK_COLUMNS_T}, greatest(0, extract(epoch from t.run_at - clock.now) * 1000)::float8 as wait_ms,
+               t.traceparent, t.tracestate
    )
    select s.*, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status, true as started,
           null::text as reason
    from started s
    union all
-   select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, m.epoch,
+   select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, null, null, m.epoch,
           cur.lease_epoch, case when r.id is not null then 'queued' else cur.status end, false,
           case when r.id is not null then 'queue_paused' end
    from msg m left join tasks cur on cur.id = m.id left join refused r on r.id = m.id
@@ -652,7 +688,9 @@ export async function startTasks(
   q: Queryable,
   p: { now?: Now; tasks: readonly { id: string; epoch: number }[]; leaseGraceSeconds: number },
 ): Promise<{ started: StartedTask[]; lost: LostFence[] }> {
-  const rows = await q.query<TaskRow & LostRow & { wait_ms: number; started: boolean; reason: 'queue_paused' | null }>(tasksStartIfClaimed, [
+  const rows = await q.query<
+    TaskRow & LostRow & { wait_ms: number; started: boolean; reason: 'queue_paused' | null; traceparent: string | null; tracestate: string | null }
+  >(tasksStartIfClaimed, [
     at(p.now),
     p.tasks.map((t) => t.id),
     p.tasks.map((t) => t.epoch),
@@ -661,8 +699,10 @@ export async function startTasks(
   const started: StartedTask[] = [];
   const lost: LostFence[] = [];
   for (const r of rows) {
-    if (r.started) started.push({ task: taskFromRow(r), waitMs: Number(r.wait_ms) });
-    else lost.push(r.reason ? { ...lostFromRow(r), reason: r.reason } : lostFromRow(r));
+    if (r.started) {
+      const trace = r.traceparent ? { traceparent: r.traceparent, tracestate: r.tracestate } : null;
+      started.push({ task: taskFromRow(r), waitMs: Number(r.wait_ms), trace });
+    } else lost.push(r.reason ? { ...lostFromRow(r), reason: r.reason } : lostFromRow(r));
   }
   return { started, lost };
 }
