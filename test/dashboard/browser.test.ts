@@ -311,7 +311,9 @@ describe('the dashboard in Chromium', () => {
     await page.getByText(/Replay every dead task created before/).waitFor();
     await shot(page, '18-bulk-replay-confirm');
     // The confirmation has the focus: Enter confirms.
-    expect(await page.evaluate(() => document.activeElement?.textContent)).toBe('Replay them');
+    // Runs in the page (no DOM types in this project's Node tsconfig).
+    const focusedText = () => (globalThis as unknown as { document: { activeElement: { textContent: string | null } | null } }).document.activeElement?.textContent;
+    expect(await page.evaluate(focusedText)).toBe('Replay them');
     await page.keyboard.press('Enter');
     await page.getByText('Replayed 3 dead tasks.').waitFor({ timeout: 20_000 });
     const all = (await bulk.tasks.list({ limit: 100 })).items;
