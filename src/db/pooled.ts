@@ -131,7 +131,11 @@ export function createPooledDb(
     }
   }
 
-  const isBroken = (error: unknown) => (error as { broken?: boolean })?.broken === true;
+  // A timed-out statement, or a connection the server dropped (terminated,
+  // shut down): the client goes, never back to the pool, or the next query
+  // would be handed a dead connection.
+  const isBroken = (error: unknown) =>
+    (error as { broken?: boolean })?.broken === true || (error as { code?: string })?.code === 'database_unavailable';
 
   return {
     transport: options.transport,
