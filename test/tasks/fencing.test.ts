@@ -323,7 +323,11 @@ describe('S7: a stale worker while the new owner is still at work', () => {
     gate.open(); // the stalled handler wakes, heartbeats, and reports
     const late = await stale;
     expect(heartbeatError).toBeInstanceOf(LeaseLostError);
-    expect(late.results).toEqual([{ id, outcome: 'succeeded', status: 'lost' }]);
+    // Fenced out, not failed: the result is refused and the message acknowledged.
+    expect(late).toMatchObject({ verdicts: ['ack'], results: [{ id, outcome: 'succeeded', status: 'lost' }] });
+    expect(h.logs.filter((l) => l.msg === 'fenced write lost')).toMatchObject([
+      { step: 'finish', taskId: id, epoch: 1, currentEpoch: 1, currentStatus: 'dead' },
+    ]);
     expect(await getTask(t.db, 'acme', id)).toEqual(dead);
   });
 });
