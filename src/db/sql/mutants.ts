@@ -712,6 +712,11 @@ export const mutants: Mutant[] = [
         find: `on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing`,
         replace: `on conflict do nothing`,
       },
+      {
+        file: 'src/db/sql/trigger.ts',
+        find: `on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing`,
+        replace: `on conflict do nothing`,
+      },
     ],
     tests: ['test/schedules/materialize.test.ts'],
   },
