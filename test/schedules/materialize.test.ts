@@ -142,6 +142,18 @@ describe('misfire policies after a 3-hour outage', () => {
   });
 });
 
+describe('one occurrence per fire time', () => {
+  it('a one-shot replaced after its time was materialized does not fire a second time', async () => {
+    await put('once', { at: at(60).toISOString() });
+    await h.sweep({ now: at(60) }); // 12:01 fires and is sent; its consumer has not run yet
+    api.setNow(at(61));
+    await put('once', { at: at(60).toISOString(), payload: { again: true } }); // the same time, replaced after it
+    await h.sweep({ now: at(61) });
+    await h.sweep({ now: at(120) });
+    expect((await occurrences('once')).map((o) => o.scheduled_for.toISOString())).toEqual(['2026-12-01T12:01:00.000Z']);
+  });
+});
+
 describe('overlap policy', () => {
   it('skip: no new occurrence while the previous one has not finished; the time is recorded as missed', async () => {
     await put('solo', { interval: 60, overlap: 'skip' });

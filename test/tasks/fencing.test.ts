@@ -5,7 +5,8 @@ import { z } from 'zod';
 import { finishTasks, getTask, reapExpiredLeases, startTasks } from '../../src/db/sql/tasks.ts';
 import { defineTask, LeaseLostError } from '../../src/handlers/registry.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
-import { latch } from '../helpers/faults.ts';
+import { crashAt, latch } from '../helpers/faults.ts';
+import { setQueuePaused } from '../../src/db/sql/tenants.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 import { expectOneCompletion } from '../helpers/invariants.ts';
 
@@ -322,8 +323,38 @@ describe('S7: a stale worker while the new owner is still at work', () => {
     gate.open(); // the stalled handler wakes, heartbeats, and reports
     const late = await stale;
     expect(heartbeatError).toBeInstanceOf(LeaseLostError);
-    expect(late.results).toEqual([{ id, outcome: 'succeeded', status: 'lost' }]);
+    // Fenced out, not failed: the result is refused and the message acknowledged.
+    expect(late).toMatchObject({ verdicts: ['ack'], results: [{ id, outcome: 'succeeded', status: 'lost' }] });
+    expect(h.logs.filter((l) => l.msg === 'fenced write lost')).toMatchObject([
+      { step: 'finish', taskId: id, epoch: 1, currentEpoch: 1, currentStatus: 'dead' },
+    ]);
     expect(await getTask(t.db, 'acme', id)).toEqual(dead);
+  });
+});
+
+describe('S7: a stale message for a paused queue', () => {
+  it('is skipped as stale; the new claim is not taken back by it', async () => {
+    const [r] = await h.enqueue({ task: 'count' }, { now: T0 });
+    const id = r!.task!.id;
+    // Epoch 1's sweep is cut off after the send: its message is in flight, unmarked.
+    await expect(h.sweep({ now: T0, faults: crashAt('sweep.after_send') })).rejects.toThrow('crash injected');
+    const [m1] = h.outbox.take();
+    // The claim lease runs out; the next sweep puts it back and re-claims it at epoch 2.
+    const b = await h.sweep({ now: at(h.config.claimLeaseSeconds + 1) });
+    expect(b).toMatchObject({ claimed: 1, dispatched: 1 });
+    const [m2] = h.outbox.take();
+    expect(m2!.body.epoch).toBe(2);
+    await setQueuePaused(t.db, { queue: 'default', paused: true });
+    const claimed = await getTask(t.db, 'acme', id);
+
+    // Epoch 1's message arrives late: stale, whatever the queue's state.
+    const late = await h.consume([m1!.body], { now: at(h.config.claimLeaseSeconds + 2) });
+    expect(late).toMatchObject({ verdicts: ['ack'], results: [] });
+    expect(await getTask(t.db, 'acme', id)).toEqual(claimed);
+    // Epoch 2's message finds the queue paused: its claim goes back, the attempt refunded.
+    await h.consume([m2!.body], { now: at(h.config.claimLeaseSeconds + 3) });
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'queued', attempts: 0, leaseEpoch: 2 });
+    expect(runs).toEqual([]);
   });
 });
 

@@ -61,7 +61,7 @@ describe('tenant isolation', () => {
     expect(await snapshot()).toEqual(before);
   });
 
-  it("B can neither see, replace, pause, resume, preview, list the runs of, nor delete A's schedules", async () => {
+  it("B can neither see, replace, pause, resume, preview, trigger, list the runs of, nor delete A's schedules", async () => {
     await api.call('PUT', '/v1/schedules/nightly', { token: keyA, body: { task: 'noop', cron: '0 3 * * *', payload: { owner: 'a' } } });
     const before = await snapshot();
     for (const [method, path] of [
@@ -70,6 +70,7 @@ describe('tenant isolation', () => {
       ['POST', '/v1/schedules/nightly/resume'],
       ['GET', '/v1/schedules/nightly/next'],
       ['GET', '/v1/schedules/nightly/runs'],
+      ['POST', '/v1/schedules/nightly/trigger'],
       ['DELETE', '/v1/schedules/nightly'],
     ] as const) {
       const r = await api.call(method, path, { token: keyB });
@@ -86,7 +87,7 @@ describe('tenant isolation', () => {
     expect(asA.body).toMatchObject({ kind: 'cron', payload: { owner: 'a' } });
   });
 
-  it("B's schedule under A's name takes its own anchor, and deleting it leaves A's occurrences alone", async () => {
+  it("B's schedule under A's name takes its own anchor; replacing and deleting it leave A's occurrences alone", async () => {
     await t.db.query('truncate tasks, schedules restart identity'); // the earlier tests' schedules would fire too
     api.setNow(T0);
     const a = await api.call('PUT', '/v1/schedules/tick', { token: keyA, body: { task: 'noop', interval: 60 } });
@@ -98,10 +99,13 @@ describe('tenant isolation', () => {
     // Both fire within the look-ahead: claimed early, not started.
     expect((await createHarness(t.db).sweep({ now: at(30) })).materialized.fired).toBe(2);
     const before = await snapshot();
+    // B replaces its schedule (its planned occurrence is taken back), then deletes it.
+    expect((await api.call('PUT', '/v1/schedules/tick', { token: keyB, body: { task: 'noop', interval: 120 } })).status).toBe(200);
+    expect(await snapshot()).toEqual(before);
     expect((await api.call('DELETE', '/v1/schedules/tick', { token: keyB })).status).toBe(200);
     expect(await snapshot()).toEqual(before);
     const bTasks = await t.db.query<{ status: string }>(`select status from tasks where tenant = 'tenant-b'`);
-    expect(bTasks).toEqual([{ status: 'cancelled' }]);
+    expect(bTasks).toEqual([]); // its planned occurrence was withdrawn by the replace
     api.setNow(undefined);
   });
 });

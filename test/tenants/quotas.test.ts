@@ -46,6 +46,13 @@ describe('maxPendingTasks', () => {
     expect((await batch('other', 10)).status).toBe(201);
   });
 
+  it("another tenant's backlog never counts against this tenant's quota", async () => {
+    expect((await api.admin('PUT', '/v1/admin/tenants/small', { body: { quotas: { maxPendingTasks: 5 } } })).status).toBe(200);
+    expect((await batch('big', 20)).status).toBe(201);
+    expect((await batch('small', 5)).status).toBe(201);
+    expect((await enqueue('small', { task: 'noop' })).status).toBe(429);
+  });
+
   it('counts scheduled, queued and running tasks; finished ones free room; reschedules by key never count', async () => {
     await api.admin('PUT', '/v1/admin/tenants/small', { body: { quotas: { maxPendingTasks: 2 } } });
     const h = createHarness(t.db);

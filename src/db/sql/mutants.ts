@@ -46,7 +46,8 @@ export const mutants: Mutant[] = [
     statement: 'tasks_mark_dispatched_if_running',
     guard: 'the lease epoch',
     find: `where t.id = l.id and t.lease_epoch = sent.epoch and t.status = 'running' and t.started_at is null`,
-    replace: `where t.id = l.id and t.status = 'running' and t.started_at is null`,
+    replace: `where t.id = l.id and t.status = 'running' and t.started_at is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
     tests: ['test/tasks/fencing.test.ts'],
   },
   {
@@ -106,8 +107,10 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_start_if_claimed',
     guard: 'the lease epoch',
-    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null`,
-    replace: `where t.id = l.id and t.status = 'running' and t.started_at is null`,
+    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+    replace: `where t.id = l.id and t.status = 'running' and t.started_at is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
     tests: ['test/tasks/fencing.test.ts', 'test/tasks/faults.test.ts'],
   },
   {
@@ -115,8 +118,10 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_start_if_claimed',
     guard: `status = 'running' (a cancelled task already sent)`,
-    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null`,
-    replace: `where t.id = l.id and t.lease_epoch = msg.epoch and t.started_at is null`,
+    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+    replace: `where t.id = l.id and t.lease_epoch = msg.epoch and t.started_at is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
     tests: ['test/tasks/cancel.test.ts'],
   },
   {
@@ -124,8 +129,10 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_start_if_claimed',
     guard: 'started_at is null (a duplicate delivery)',
-    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null`,
-    replace: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running'`,
+    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+    replace: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running'
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
     tests: ['test/tasks/fencing.test.ts'],
   },
   {
@@ -269,6 +276,77 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/retries.test.ts'],
   },
 
+  {
+    id: 'start-refuse-epoch',
+    file: TASKS,
+    statement: 'tasks_start_if_claimed',
+    guard: 'the lease epoch of the paused-queue refusal',
+    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+       and exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+    replace: `where t.id = l.id and t.status = 'running' and t.started_at is null
+       and exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+    tests: ['test/tasks/fencing.test.ts'],
+  },
+  {
+    id: 'start-queue-paused',
+    file: TASKS,
+    statement: 'tasks_start_if_claimed',
+    guard: 'a paused queue refuses the start',
+    find: `and not exists (select 1 from queues q where q.name = t.queue and q.paused)
+     returning`,
+    replace: `and not exists (select 1 from queues q where q.name = t.queue and false)
+     returning`,
+    tests: ['test/tasks/lookahead.test.ts'],
+  },
+  {
+    id: 'claimed-not-started',
+    file: TASKS,
+    statement: 'CLAIMED_NOT_STARTED (enqueue reschedule, schedule withdraw and cancel)',
+    guard: 'started_at is null: a running handler is never taken back',
+    find: "export const CLAIMED_NOT_STARTED = `(t.status = 'running' and t.started_at is null)`;",
+    replace: "export const CLAIMED_NOT_STARTED = `(t.status = 'running')`;",
+    tests: ['test/schedules/api.test.ts', 'test/tasks/idempotency.test.ts', 'test/tasks/lookahead.test.ts'],
+  },
+  {
+    id: 'not-started-waiting',
+    file: TASKS,
+    statement: 'NOT_STARTED (enqueue ON CONFLICT, schedule withdraw and cancel)',
+    guard: `status in ('scheduled', 'queued'): a finished task's key stays spent`,
+    find: "export const NOT_STARTED = `(t.status in ('scheduled', 'queued') or ${CLAIMED_NOT_STARTED})`;",
+    replace: "export const NOT_STARTED = `(t.status in ('scheduled', 'queued', 'succeeded') or ${CLAIMED_NOT_STARTED})`;",
+    tests: ['test/tasks/idempotency.test.ts'],
+  },
+  {
+    id: 'bulk-cancel-not-started',
+    file: 'src/db/sql/bulkCancel.ts',
+    statement: 'tasks_cancel_matching_if_not_started',
+    guard: 'started_at is null',
+    find: `and (t.status in ('scheduled', 'queued') or (t.status = 'running' and t.started_at is null))`,
+    replace: `and (t.status in ('scheduled', 'queued') or (t.status = 'running'))`,
+    tests: ['test/tasks/replay.test.ts'],
+  },
+  {
+    id: 'bulk-cancel-skip-locked',
+    file: 'src/db/sql/bulkCancel.ts',
+    statement: 'tasks_cancel_matching_if_not_started',
+    guard: 'skip locked',
+    find: `for update of t skip locked`,
+    replace: `for update of t`,
+    tests: ['test/tasks/replay.test.ts'],
+  },
+  {
+    id: 'replay-terminal-only',
+    file: 'src/db/sql/replay.ts',
+    statement: 'tasks_replay_terminal',
+    guard: 'only finished tasks are replayed',
+    find: `and t.status in ('succeeded', 'dead', 'cancelled', 'missed')
+       and ($10::bigint is null or t.id > $10::bigint)
+       and not exists (select 1 from tasks r where r.replay_of = t.id)`,
+    replace: `and ($10::bigint is null or t.id > $10::bigint)
+       and not exists (select 1 from tasks r where r.replay_of = t.id)`,
+    tests: ['test/tasks/replay.test.ts'],
+  },
+
   // -------------------------------------------------------------------------
   // Cancel: not after the start; tenant-scoped.
   {
@@ -393,20 +471,13 @@ export const mutants: Mutant[] = [
     file: SCHEDULES,
     statement: 'schedules_cancel_pending_occurrences',
     guard: 'the tenant filter',
-    find: `where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id`,
-    replace: `where $2::text is not null and s.name = $3::text and t.schedule_id = s.id`,
+    find: `where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id
+     and \${NOT_STARTED}
+   returning t.id`,
+    replace: `where $2::text is not null and s.name = $3::text and t.schedule_id = s.id
+     and \${NOT_STARTED}
+   returning t.id`,
     tests: ['test/tenants/isolation.test.ts'],
-  },
-  {
-    id: 'schedule-cancel-pending-not-started',
-    file: SCHEDULES,
-    statement: 'schedules_cancel_pending_occurrences',
-    guard: 'started_at is null (a running occurrence is left to finish)',
-    find: `or (t.status = 'running' and t.started_at is null))
-   returning t.id`,
-    replace: `or (t.status = 'running'))
-   returning t.id`,
-    tests: ['test/schedules/api.test.ts'],
   },
   {
     id: 'schedule-delete-tenant',
@@ -425,6 +496,54 @@ export const mutants: Mutant[] = [
     find: `where prefix = $1::text and revoked_at is null`,
     replace: `where prefix = $1::text`,
     tests: ['test/tenants/keys.test.ts'],
+  },
+
+  {
+    id: 'schedule-withdraw-tenant',
+    file: SCHEDULES,
+    statement: 'schedules_withdraw_planned_if_not_started',
+    guard: 'the tenant filter',
+    find: `where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id
+     and t.scheduled_for > coalesce(`,
+    replace: `where $2::text is not null and s.name = $3::text and t.schedule_id = s.id
+     and t.scheduled_for > coalesce(`,
+    tests: ['test/tenants/isolation.test.ts', 'test/tasks/lookahead.test.ts'],
+  },
+  {
+    id: 'match-tenant',
+    file: 'src/db/sql/replay.ts',
+    statement: 'tasks_cancel_matching_if_not_started, tasks_replay_terminal',
+    guard: 'the tenant filter of the bulk filter',
+    find: `export const MATCH_PREDICATES = \`t.tenant = $2::text`,
+    replace: `export const MATCH_PREDICATES = \`$2::text is not null`,
+    tests: ['test/tasks/replay.test.ts'],
+  },
+  {
+    id: 'trigger-get-tenant',
+    file: 'src/db/sql/trigger.ts',
+    statement: 'schedules_get_with_clock',
+    guard: 'the tenant filter',
+    find: `from schedules where tenant = $2::text and name = $3::text`,
+    replace: `from schedules where $2::text is not null and name = $3::text`,
+    tests: ['test/tenants/isolation.test.ts', 'test/schedules/api.test.ts'],
+  },
+  {
+    id: 'quota-pending-tenant',
+    file: TASKS,
+    statement: 'tasks_insert_batch',
+    guard: 'maxPendingTasks counts only this tenant',
+    find: `where p.tenant = $2::text and p.status in ('scheduled', 'queued', 'running')`,
+    replace: `where $2::text is not null and p.status in ('scheduled', 'queued', 'running')`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'quota-pending-check',
+    file: 'migrations/0011_quotas.sql',
+    statement: 'function tasks_refuse_over_pending_quota (tasks_insert_batch)',
+    guard: 'maxPendingTasks is enforced exactly',
+    find: `if adding > 0 and pending + adding > max_pending then`,
+    replace: `if adding > 0 and pending + adding > max_pending + 1 then`,
+    tests: ['test/tenants/quotas.test.ts'],
   },
 
   // -------------------------------------------------------------------------
@@ -551,24 +670,6 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/idempotency.test.ts'],
   },
   {
-    id: 'enqueue-spent-key-kept',
-    file: TASKS,
-    statement: 'tasks_insert_batch',
-    guard: 'a started or finished task keeps its payload',
-    find: `payload    = case when t.status in ('scheduled', 'queued') then excluded.payload else t.payload end,`,
-    replace: `payload    = excluded.payload,`,
-    tests: ['test/tasks/idempotency.test.ts'],
-  },
-  {
-    id: 'enqueue-spent-status-kept',
-    file: TASKS,
-    statement: 'tasks_insert_batch',
-    guard: 'a started or finished task keeps its status (the key is not reused)',
-    find: `status     = case when t.status in ('scheduled', 'queued') then excluded.status else t.status end,`,
-    replace: `status     = excluded.status,`,
-    tests: ['test/tasks/idempotency.test.ts'],
-  },
-  {
     id: 'spent-keys-find-tenant',
     file: TASKS,
     statement: 'spent_idempotency_keys_find',
@@ -608,6 +709,11 @@ export const mutants: Mutant[] = [
     also: [
       {
         file: SCHEDULES,
+        find: `on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing`,
+        replace: `on conflict do nothing`,
+      },
+      {
+        file: 'src/db/sql/trigger.ts',
         find: `on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing`,
         replace: `on conflict do nothing`,
       },
