@@ -184,9 +184,16 @@ export const mutants: Mutant[] = [
     id: 'claim-status',
     file: TASKS,
     statement: 'tasks_claim_runnable',
-    guard: `status = 'queued'`,
-    find: `where t.status = 'queued' and t.queue = $2::text`,
-    replace: `where t.status in ('queued', 'scheduled') and t.queue = $2::text`,
+    guard: "status = 'queued' (in the fair slots and in each tenant's pick by priority)",
+    find: `where t.status = 'queued' and not t.parked and t.queue = $2::text\n       and not exists`,
+    replace: `where t.status in ('queued', 'scheduled') and not t.parked and t.queue = $2::text\n       and not exists`,
+    also: [
+      {
+        file: TASKS,
+        find: `where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant`,
+        replace: `where t.status in ('queued', 'scheduled') and not t.parked and t.queue = $2::text and t.tenant = s.tenant`,
+      },
+    ],
     tests: ['test/sweep/path.test.ts'],
   },
   {
