@@ -22,6 +22,8 @@ import {
   projectFairness,
   projectLatency,
   projectStatements,
+  projectFencedWrites,
+  type FencedResult,
   type DrainResult,
   type FairnessResult,
   type LatencyResult,
@@ -236,6 +238,20 @@ try {
     });
   }
 
+  // 5b. Fenced writes with many tasks running -------------------------------------
+  if (phase('fenced') && has('project')) {
+    await attempt('fenced.project', async () => {
+      const describe = (r: FencedResult) => `start ${fmt2(r.startMs)} ms + finish ${fmt2(r.finishMs)} ms per 100 with ${fmtInt(r.running)} running`;
+      const none = await repeat('fenced start+finish of 100, none running: project', settings.reps, () => projectFencedWrites(ctx, 0), describe);
+      const many = await repeat(`fenced start+finish of 100, ${fmtInt(settings.fencedRunning)} running: project`, settings.reps, () => projectFencedWrites(ctx, settings.fencedRunning), describe);
+      F['fenced.project'] = {
+        none: { totalMs: summarize(none.map((r) => r.totalMs)), runs: none },
+        many: { totalMs: summarize(many.map((r) => r.totalMs)), runs: many },
+      };
+    });
+    await server.dropCreated();
+  }
+
   // 6. Fairness ------------------------------------------------------------------
   if (phase('fairness') && has('project')) {
     await attempt('fairness.project', async () => {
@@ -378,6 +394,18 @@ if (phase('statements')) {
     graphile: '',
     target: '<= 5 end to end',
     verdict: verdict(st ? st.total.per100.statements <= 5 : undefined),
+  });
+}
+const fenced = get<{ none: { totalMs: Summary }; many: { totalMs: Summary } }>('fenced.project');
+if (phase('fenced')) {
+  const r = ratio(fenced?.many.totalMs, fenced?.none.totalMs);
+  rows.push({
+    workload: `5b. fenced start + finish of 100 (ms) with ${fmtInt(settings.fencedRunning)} running vs none`,
+    project: fenced ? `${range(fenced.many.totalMs, fmt2)} vs ${range(fenced.none.totalMs, fmt2)} (${x(r)})` : 'n/a',
+    pgboss: '',
+    graphile: '',
+    target: '<= 1.5x none',
+    verdict: verdict(r === undefined ? undefined : r <= 1.5),
   });
 }
 const fair = get<{ maxErrorPoints: Summary; gapP99: Summary; firstClaimAfter: Summary; runs: FairnessResult[] }>('fairness.project');
