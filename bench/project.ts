@@ -455,9 +455,10 @@ export async function projectFencedWrites(ctx: Ctx, running: number, rounds = 20
     await enqueueAll(db, noopInputs(running + rounds * batch), ctx.settings.batchSize);
     await withClient(url, (c) => c.query('vacuum analyze tasks'));
     const claim = async () => {
-      const claimed = await claimTasks(db, { queue: 'default', limit: batch, claimedBy: 'bench-fenced', leaseSeconds: benchConfig.claimLeaseSeconds });
-      const lost = await markDispatched(db, { tasks: claimed, leaseSeconds: benchConfig.dispatchLeaseSeconds });
-      if (claimed.length !== batch || lost.length > 0) throw new Error(`fenced: claimed ${claimed.length}, lost ${lost.length}`);
+      const claimToken = crypto.randomUUID();
+      const claimed = await claimTasks(db, { queue: 'default', limit: batch, claimedBy: 'bench-fenced', leaseSeconds: benchConfig.claimLeaseSeconds, claimToken });
+      await markDispatched(db, { claimToken });
+      if (claimed.length !== batch) throw new Error(`fenced: claimed ${claimed.length}`);
       return claimed;
     };
     for (let parked = 0; parked < running; parked += batch) await claim();

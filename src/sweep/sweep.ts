@@ -55,7 +55,7 @@ export interface DispatchCounts {
   dispatched: number;
   /** Claims given back because the send failed. */
   released: number;
-  /** Dispatched marks that lost their fence (reported, not applied). */
+  /** Always 0 since the dispatch mark is one row per batch (migration 0015): it has no fence to lose. */
   lost: number;
 }
 
@@ -85,16 +85,25 @@ export function reportLostFences(log: Logger, step: string, lost: readonly LostF
 /** Cloudflare Queues take at most 100 messages per sendBatch. */
 export const QUEUE_SEND_LIMIT = 100;
 
+/**
+ * Dispatch marks are kept this long past every lease they could hold, so a
+ * reaper that fell behind (a sweep outage) still tells "sent" from "never sent".
+ */
+const MARK_REAPER_MARGIN_SECONDS = 3600;
+
 /** Claims one batch of a queue, sends it (in chunks the Queue accepts), marks it dispatched. */
 async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts> {
   const { db, config, log } = deps;
   const faults = deps.faults ?? noFaults;
+  // One token per claimed batch: its tasks carry it and its dispatch mark names it.
+  const claimToken = crypto.randomUUID();
   const claimed: ClaimedTask[] = await claimTasks(db, {
     now,
     queue,
     limit: config.sweepBatchSize,
     claimedBy: deps.workerId,
     leaseSeconds: config.claimLeaseSeconds,
+    claimToken,
   });
   const counts: DispatchCounts = { claimed: claimed.length, dispatched: 0, released: 0, lost: 0 };
   if (claimed.length === 0) return counts;
@@ -120,10 +129,8 @@ async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promis
   }
   await faults('sweep.after_send', { queue, ids: claimed.map((c) => c.id) });
 
-  const lost = await markDispatched(db, { now, tasks: claimed, leaseSeconds: config.dispatchLeaseSeconds });
-  reportLostFences(log, 'dispatch', lost);
-  counts.lost = lost.length;
-  counts.dispatched = claimed.length - lost.length;
+  await markDispatched(db, { now, claimToken });
+  counts.dispatched = claimed.length;
   return counts;
 }
 
@@ -206,7 +213,7 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     async reap(until) {
       const r = await drain(
         async () => {
-          const c = await reapExpiredLeases(db, { now, limit: config.reapBatchSize });
+          const c = await reapExpiredLeases(db, { now, limit: config.reapBatchSize, dispatchLeaseSeconds: config.dispatchLeaseSeconds });
           reaped.requeued += c.requeued;
           reaped.retried += c.retried;
           reaped.dead += c.dead;
@@ -252,7 +259,12 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     // 5. Purge one bounded batch of expired history per tick.
     async purge(until) {
       if (elapsed() >= until) return true;
-      const n = await purgeFinishedTasks(db, { now, retentionSeconds: config.retentionSeconds, limit: config.purgeBatchSize });
+      const n = await purgeFinishedTasks(db, {
+        now,
+        retentionSeconds: config.retentionSeconds,
+        limit: config.purgeBatchSize,
+        markRetentionSeconds: config.dispatchLeaseSeconds + config.lookaheadSeconds + MARK_REAPER_MARGIN_SECONDS,
+      });
       purged += n;
       if (config.spentKeyRetentionSeconds > 0) {
         spentKeysPurged += await purgeSpentKeys(db, {
