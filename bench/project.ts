@@ -127,7 +127,7 @@ export async function projectDrain(ctx: Ctx, finishedRows: number): Promise<Drai
   const open = async () => timeStatements(await openProjectDb(url, ctx.proxy), times);
   const sweepDbs = await Promise.all(Array.from({ length: s.sweepers }, open));
   const consumerDbs = await Promise.all(Array.from({ length: s.consumers }, open));
-  const before = await snapshot(url, ['public.tasks']);
+  const before = await snapshot(url, ['public.tasks', 'public.dispatch_marks']);
   const sampler = await sampleWaits(ctx.server.url, databaseOf(url));
   const handoff = createHandoff();
   const cpu0 = ctx.cpu();
@@ -153,7 +153,7 @@ export async function projectDrain(ctx: Ctx, finishedRows: number): Promise<Drai
   const waits = await sampler.stop();
   await Promise.all([...sweepDbs, ...consumerDbs].map((d) => d.close()));
   await sleep(200);
-  const after = await snapshot(url, ['public.tasks']);
+  const after = await snapshot(url, ['public.tasks', 'public.dispatch_marks']);
   const finished = await countTasks(url, `status = 'succeeded' and tenant = '${BENCH_TENANT}'`);
   if (finished !== s.tasks) throw new Error(`${name}: ${finished} of ${s.tasks} tasks succeeded`);
   const rest = await countTasks(url, `tenant = '${BENCH_TENANT}' and status <> 'succeeded'`);

@@ -353,6 +353,42 @@ if (phase('drain')) {
     verdict: verdict(vsG === undefined || vsB === undefined ? undefined : vsG >= 1.5 && vsB >= 2),
   });
 }
+if (phase('drain')) {
+  // Per task, from Postgres itself: CPU of its processes, WAL, and the row
+  // versions written to the system's tables (updates: the share of them HOT).
+  const perTask = (key: string) => {
+    const runs = (F[key] as { runs?: (DrainResult | PeerDrainResult)[] } | undefined)?.runs ?? [];
+    if (runs.length === 0) return undefined;
+    const per = (f: (r: DrainResult | PeerDrainResult) => number) => summarize(runs.map((r) => f(r) / r.tasks)).median;
+    const sum = (r: DrainResult | PeerDrainResult, f: (t: { inserted: number; updated: number; hotUpdated: number; deleted: number }) => number) =>
+      Object.values(r.pg.tables).reduce((a, t) => a + f(t), 0);
+    return {
+      cpuUs: per((r) => r.cpu.postgres * 1e6),
+      walBytes: per((r) => r.pg.walBytes),
+      versions: per((r) => sum(r, (t) => t.inserted + t.updated)),
+      updates: per((r) => sum(r, (t) => t.updated)),
+      hot: summarize(runs.map((r) => sum(r, (t) => t.hotUpdated) / Math.max(1, sum(r, (t) => t.updated)))).median,
+    };
+  };
+  const cell = (key: string) => {
+    const p = perTask(key);
+    return p
+      ? `${fmtInt(p.cpuUs)} µs CPU, ${fmtInt(p.walBytes)} B WAL, ${fmt2(p.versions)} row versions (${fmt2(p.updates)} updates, ${fmtInt(p.hot * 100)}% HOT)`
+      : 'n/a';
+  };
+  const pp = perTask('drain.project');
+  const gp = perTask('drain.graphile-worker');
+  const cpuR = pp && gp ? pp.cpuUs / gp.cpuUs : undefined;
+  const walR = pp && gp ? pp.walBytes / gp.walBytes : undefined;
+  rows.push({
+    workload: '2b. per task in the drain: Postgres CPU, WAL, row versions (inserts + updates)',
+    project: cell('drain.project'),
+    pgboss: cell('drain.pg-boss'),
+    graphile: cell('drain.graphile-worker'),
+    target: `CPU <= 1x graphile (${x(cpuR)}), WAL <= 1.5x (${x(walR)})`,
+    verdict: verdict(cpuR === undefined || walR === undefined ? undefined : cpuR <= 1 && walR <= 1.5),
+  });
+}
 if (phase('latency')) {
   const L = (k: string) => get<{ p50: Summary; p95: Summary; p99: Summary }>(`latency.${k}`);
   const cell = (k: string) => {
