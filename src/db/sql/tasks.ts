@@ -90,9 +90,8 @@ export interface WrittenTask extends Task {
  * see each other's uncommitted rows, so together they may overshoot the limit
  * by at most what all but one of them add (README, Quotas).
  */
-const tasksInsertBatch = sql(
-  'tasks_insert_batch',
-  `with clock as (select coalesce($1::timestamptz, now()) as now),
+/** The insert shared by both enqueue statements, up to its conflict clause. */
+const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as now),
    quota as (
      select coalesce((select max_pending_tasks from tenant_quotas where tenant = $2::text), $15::int) as max_pending
    ),
@@ -152,7 +151,11 @@ const tasksInsertBatch = sql(
           r.idempotency_key, r.vtime, clock.now, clock.now
    from rows r, clock
    order by r.ord
-   on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
+`;
+
+const tasksInsertBatch = sql(
+  'tasks_insert_batch',
+  `${INSERT_BATCH}   on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
      -- Guard: the key's task type and queue never change (TQ003, 409, the whole batch refused).
      task       = tasks_keep_task_type_of_key(t.idempotency_key, t.task, t.queue, excluded.task, excluded.queue),
      payload    = case when ${NOT_STARTED} then excluded.payload else t.payload end,
@@ -172,13 +175,25 @@ const tasksInsertBatch = sql(
              (t.xmax = 0) as created`,
 );
 
+/**
+ * The same insert when no item carries an idempotency key: no ON CONFLICT
+ * (no speculative insertion), and it returns only what the input does not
+ * say (id, status, run time, creation time); insertTasks builds the answers
+ * from the input. Same locks and guards as tasks_insert_batch (the quota).
+ */
+const tasksInsertBatchPlain = sql(
+  'tasks_insert_batch_plain',
+  `${INSERT_BATCH}   returning t.id, t.status, t.run_at, t.created_at`,
+);
+
 /** One result per input, in input order; null where the key was spent and its task already purged. */
 export async function insertTasks(
   q: Queryable,
   p: { now?: Now; tenant: string; lookaheadSeconds: number; tasks: readonly NewTask[]; maxPendingTasks: number },
 ): Promise<(WrittenTask | null)[]> {
   const col = <K extends keyof NewTask>(k: K) => p.tasks.map((t) => t[k]);
-  const rows = await q.query<TaskRow & { created: boolean }>(tasksInsertBatch, [
+  const plain = p.tasks.every((t) => t.idempotencyKey === null);
+  const rows = await q.query<TaskRow & { created: boolean }>(plain ? tasksInsertBatchPlain : tasksInsertBatch, [
     at(p.now),
     p.tenant,
     p.lookaheadSeconds,
@@ -195,6 +210,43 @@ export async function insertTasks(
     col('idempotencyKey'),
     p.maxPendingTasks,
   ]);
+  if (plain) {
+    // Inserted in input order, so the ids ascend in that order.
+    const sorted = rows.sort((a, b) => Number(BigInt(a.id) - BigInt(b.id)));
+    if (sorted.length !== p.tasks.length) throw new Error(`enqueue: ${sorted.length} rows inserted for ${p.tasks.length} tasks`);
+    return p.tasks.map((input, i) => {
+      const r = sorted[i]!;
+      return {
+        ...taskFromRow({
+          id: r.id,
+          tenant: p.tenant,
+          queue: input.queue,
+          task: input.task,
+          payload: input.payload,
+          status: r.status,
+          run_at: r.run_at,
+          created_at: r.created_at,
+          updated_at: r.created_at,
+          dispatched_at: null,
+          started_at: null,
+          finished_at: null,
+          attempts: 0,
+          max_attempts: input.maxAttempts,
+          last_error: null,
+          backoff_base_ms: input.backoffBaseMs,
+          backoff_max_ms: input.backoffMaxMs,
+          timeout_ms: input.timeoutMs,
+          delivery: input.delivery,
+          lease_epoch: '0',
+          idempotency_key: null,
+          schedule_id: null,
+          scheduled_for: null,
+          replay_of: null,
+        }),
+        created: true,
+      };
+    });
+  }
   // Back to input order: keyed rows by key; unkeyed ones were inserted in
   // input order, so their ids ascend in that order.
   const byKey = new Map(rows.filter((r) => r.idempotency_key !== null).map((r) => [r.idempotency_key!, r]));
