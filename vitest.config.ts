@@ -1,15 +1,58 @@
-// Two projects over one real Postgres (embedded, or DATABASE_URL's server):
+// Three projects over one real Postgres (embedded, or DATABASE_URL's server):
 //   node    - the core in Node, through the same Neon driver and WebSocket
 //             proxy as the Worker; each test file gets its own database.
-//   workers - the Worker's three handlers inside workerd (Cloudflare's vitest
-//             plugin, real local Queues), sharing one database.
+//   workers, workers-hyperdrive - the Worker's three handlers inside workerd
+//             (Cloudflare's vitest plugin, real local Queues), one database
+//             each: the first without a HYPERDRIVE binding (the Neon driver
+//             over the WebSocket proxy), the second with one (`pg` over
+//             workerd's TCP sockets, through Hyperdrive's local mode).
 // The root global setup starts Postgres and the proxy once and provides their
 // addresses to both projects.
 import { cloudflareTest } from '@cloudflare/vitest-plugin';
 import { defineConfig } from 'vitest/config';
 
-export const TEST_ADMIN_TOKEN = 'test-admin-token';
+/** At least 32 characters: a shorter ADMIN_TOKEN counts as unset. */
+export const TEST_ADMIN_TOKEN = 'test-admin-token-of-at-least-32-characters';
 export const TEST_SIGNING_SECRET = `whsec_${Buffer.from('test-signing-secret-32-bytes-long').toString('base64')}`;
+
+/** Hyperdrive's local mode needs a password in the string, even under trust auth. */
+function withPassword(url: string): string {
+  const u = new URL(url);
+  if (!u.password) u.password = 'unused';
+  return u.toString();
+}
+
+function workersProject(name: string, transport: 'neon' | 'hyperdrive') {
+  const databaseKey = transport === 'hyperdrive' ? 'hyperdriveDatabaseUrl' : 'workerDatabaseUrl';
+  return {
+    plugins: [
+      cloudflareTest(({ inject }) => ({
+        wrangler: { configPath: './wrangler.toml' },
+        miniflare: {
+          bindings: {
+            DATABASE_URL: inject<string>(databaseKey),
+            DATABASE_WS_PROXY: inject<string>('wsProxy'),
+            ADMIN_TOKEN: TEST_ADMIN_TOKEN,
+            SIGNING_SECRET: TEST_SIGNING_SECRET,
+            RECEIVER_URL: inject<string>('receiverUrl'),
+            HUNG_ADDRESS: inject<string>('hungAddress'),
+            EXPECTED_TRANSPORT: transport,
+            ALLOW_PRIVATE_TARGETS: 'true',
+            // Quiet tests: the sweep's info lines are for production logs.
+            LOG_LEVEL: 'warn',
+          },
+          ...(transport === 'hyperdrive' ? { hyperdrives: { HYPERDRIVE: withPassword(inject<string>(databaseKey)) } } : {}),
+        },
+      })),
+    ],
+    test: {
+      name,
+      include: ['test/worker/**/*.test.ts'],
+      testTimeout: 60_000,
+      hookTimeout: 60_000,
+    },
+  };
+}
 
 export default defineConfig({
   test: {
@@ -25,29 +68,8 @@ export default defineConfig({
           hookTimeout: 60_000,
         },
       },
-      {
-        plugins: [
-          cloudflareTest(({ inject }) => ({
-            wrangler: { configPath: './wrangler.toml' },
-            miniflare: {
-              bindings: {
-                DATABASE_URL: inject<string>('workerDatabaseUrl'),
-                DATABASE_WS_PROXY: inject<string>('wsProxy'),
-                ADMIN_TOKEN: TEST_ADMIN_TOKEN,
-                SIGNING_SECRET: TEST_SIGNING_SECRET,
-                RECEIVER_URL: inject<string>('receiverUrl'),
-                ALLOW_PRIVATE_TARGETS: 'true',
-              },
-            },
-          })),
-        ],
-        test: {
-          name: 'workers',
-          include: ['test/worker/**/*.test.ts'],
-          testTimeout: 60_000,
-          hookTimeout: 60_000,
-        },
-      },
+      workersProject('workers', 'neon'),
+      workersProject('workers-hyperdrive', 'hyperdrive'),
     ],
   },
 });

@@ -1,11 +1,12 @@
 // The Worker bundle as `wrangler deploy --dry-run` builds it (offline): the
 // raw size of every .js module in the out dir and its gzip size (zlib level
 // 9, as the upload limit counts compressed bytes), beside wrangler's own
-// "Total Upload / gzip" line.
+// "Total Upload / gzip" line; and the dashboard's assets beside it.
 import { spawn } from 'node:child_process';
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
+import { buildDashboard, measureDashboard, type DashboardSize } from '../scripts/dashboard.ts';
 import { root, tempDir } from './server.ts';
 
 export interface BundleSize {
@@ -13,9 +14,13 @@ export interface BundleSize {
   gzipBytes: number;
   wranglerReported: string | null;
   files: string[];
+  /** The dashboard's static assets (served by the same Worker, not part of its script). */
+  dashboard: DashboardSize;
 }
 
 export async function measureBundle(): Promise<BundleSize> {
+  await buildDashboard();
+  const dashboard = await measureDashboard();
   const dir = await tempDir('scheduler-bench-bundle-');
   try {
     const out = await new Promise<string>((resolve, reject) => {
@@ -39,7 +44,7 @@ export async function measureBundle(): Promise<BundleSize> {
       gzipBytes += gzipSync(buf, { level: 9 }).length;
     }
     const m = /Total Upload: ([\d.]+ KiB) \/ gzip: ([\d.]+ KiB)/.exec(out);
-    return { rawBytes, gzipBytes, wranglerReported: m ? `${m[1]} / gzip ${m[2]}` : null, files };
+    return { rawBytes, gzipBytes, wranglerReported: m ? `${m[1]} / gzip ${m[2]}` : null, files, dashboard };
   } finally {
     await dir.remove();
   }

@@ -1,4 +1,4 @@
-// `node bench/explain.ts`: EXPLAIN (ANALYZE, BUFFERS, WAL) of every statement
+// `npm run bench:explain`: EXPLAIN (ANALYZE, BUFFERS, WAL) of every statement
 // one cycle of 100 tasks runs (batch enqueue, sweep, fenced start, fenced
 // finish), over a backlog of BENCH_TASKS queued tasks and, with
 // BENCH_FINISHED_ROWS, that many finished rows. Each statement is explained

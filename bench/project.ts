@@ -30,7 +30,7 @@ import { percentile, sleep } from './stats.ts';
 
 export type { Ctx };
 
-async function freshProjectDatabase(ctx: Ctx, name: string): Promise<string> {
+export async function freshProjectDatabase(ctx: Ctx, name: string): Promise<string> {
   const url = await ctx.server.freshDatabase(name);
   await migrateProject(url, ctx.proxy);
   return url;
@@ -40,11 +40,11 @@ async function countTasks(url: string, where: string): Promise<number> {
   return withClient(url, async (c) => Number((await c.query<{ n: string }>(`select count(*) as n from tasks where ${where}`)).rows[0]!.n));
 }
 
-function noopInputs(n: number): TaskInput[] {
+export function noopInputs(n: number): TaskInput[] {
   return Array.from({ length: n }, (_, i) => ({ task: 'noop', payload: { n: i } }));
 }
 
-async function enqueueAll(db: Db, inputs: readonly TaskInput[], batch: number, tenant = BENCH_TENANT): Promise<void> {
+export async function enqueueAll(db: Db, inputs: readonly TaskInput[], batch: number, tenant = BENCH_TENANT): Promise<void> {
   const registry = benchRegistry(benchConfig);
   for (let i = 0; i < inputs.length; i += batch) {
     await enqueueTasks({ db, config: benchConfig, registry }, tenant, inputs.slice(i, i + batch));
@@ -233,7 +233,7 @@ export async function projectLatency(ctx: Ctx): Promise<LatencyResult> {
       BENCH_TENANT,
       due.map((runAt) => ({ task: 'bench-probe', payload: { runAt }, runAt: new Date(runAt) })),
     );
-    // What POST /v1/tasks/batch does after answering (kickDueQueues): work
+    // What POST /v1/tasks/batch does after answering (src/sweep/kick.ts): work
     // due within the look-ahead is born queued, so it is claimed and sent
     // with delaySeconds now rather than at the next tick.
     const { log } = benchLogger('project latency kick');
@@ -457,7 +457,7 @@ export async function projectFencedWrites(ctx: Ctx, running: number, rounds = 20
     const claim = async () => {
       const claimToken = crypto.randomUUID();
       const claimed = await claimTasks(db, { queue: 'default', limit: batch, claimedBy: 'bench-fenced', leaseSeconds: benchConfig.claimLeaseSeconds, claimToken });
-      await markDispatched(db, { claimToken });
+      await markDispatched(db, { claimTokens: [claimToken], tasks: claimed });
       if (claimed.length !== batch) throw new Error(`fenced: claimed ${claimed.length}`);
       return claimed;
     };

@@ -8,6 +8,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { availableParallelism, cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { measureBundle, type BundleSize } from './bundle.ts';
+import { metricsScrapeTiming, type MetricsTiming } from './metrics.ts';
 import { prepareCeiling, runCeiling, type CeilingRun } from './ceiling.ts';
 import type { Ctx } from './context.ts';
 import { createCpuMeter } from './cpu.ts';
@@ -33,6 +34,7 @@ import { fmt1, fmt2, fmtInt, range, ratio, renderTable, verdict, x, type Row } f
 import { ignoreTerminatedConnections, root, startProxyProcess, startServer } from './server.ts';
 import { readSettings, type Settings, type SystemName } from './settings.ts';
 import { progress, repeat, summarize, type Summary } from './stats.ts';
+import { runTransport, type RouteTrips, type TransportResult } from './transport.ts';
 import { httpEnqueue, startWorkerDev, type HttpRate } from './worker-http.ts';
 
 ignoreTerminatedConnections();
@@ -278,6 +280,18 @@ try {
 
   await server.dropCreated();
 
+  // 9. /metrics over a million finished rows ------------------------------------
+  if (phase('metrics') && has('project')) {
+    await attempt('metrics', async () => {
+      const empty = await metricsScrapeTiming(ctx, 0);
+      progress(`metrics, no history: scrape p50 ${fmt1(empty.scrapeP50Ms)} ms, charts p50 ${fmt1(empty.chartsP50Ms)} ms, naive count ${fmt1(empty.naiveCountMs)} ms`);
+      const full = await metricsScrapeTiming(ctx, settings.finishedRows);
+      progress(`metrics, ${fmtInt(settings.finishedRows)} finished rows: scrape p50 ${fmt1(full.scrapeP50Ms)} ms, charts p50 ${fmt1(full.chartsP50Ms)} ms, naive count ${fmt1(full.naiveCountMs)} ms`);
+      F.metrics = { empty, full };
+    });
+    await server.dropCreated();
+  }
+
   // 8. Bundle and memory -------------------------------------------------------------
   if (phase('bundle') && has('project')) {
     await attempt('bundle', async () => {
@@ -285,6 +299,7 @@ try {
       const b = await measureBundle();
       F.bundle = b;
       progress(`bundle: ${fmtInt(b.rawBytes / 1024)} KiB raw, ${fmtInt(b.gzipBytes / 1024)} KiB gzip (wrangler: ${b.wranglerReported})`);
+      progress(`dashboard assets: ${fmtInt(b.dashboard.rawBytes / 1024)} KiB raw, ${fmtInt(b.dashboard.gzipBytes / 1024)} KiB gzip in ${b.dashboard.files.length} files`);
     });
   }
   if (phase('memory') && has('project')) {
@@ -301,6 +316,11 @@ try {
         child.once('exit', (code) => (code === 0 ? resolve(text) : reject(new Error(`memory.ts exited ${code}`))));
       });
       F.memory = JSON.parse(out.trim().split('\n').at(-1)!);
+    });
+  }
+  if (phase('transport') && has('project')) {
+    await attempt('transport', async () => {
+      F.transport = await runTransport(ctx);
     });
   }
 } finally {
@@ -490,6 +510,28 @@ if (phase('bundle')) {
     target: '<= 400 KB gzip',
     verdict: verdict(bundle ? bundle.gzipBytes <= 400_000 : undefined),
   });
+  rows.push({
+    workload: '8b. Dashboard assets (served beside the Worker)',
+    project: bundle?.dashboard ? `${fmtInt(bundle.dashboard.rawBytes / 1000)} KB raw, ${fmtInt(bundle.dashboard.gzipBytes / 1000)} KB gzip` : 'n/a',
+    pgboss: '',
+    graphile: '',
+    target: 'reported',
+    verdict: '',
+  });
+}
+const met = get<{ empty: MetricsTiming; full: MetricsTiming }>('metrics');
+if (phase('metrics')) {
+  const r = met ? met.full.scrapeP50Ms / met.empty.scrapeP50Ms : undefined;
+  rows.push({
+    workload: `9. GET /metrics with ${fmtInt(settings.finishedRows)} finished rows (p50 ms; vs none)`,
+    project: met
+      ? `${fmt1(met.full.scrapeP50Ms)} ms (${x(r)}); charts ${fmt1(met.full.chartsP50Ms)} ms; a naive count ${fmt1(met.full.naiveCountMs)} ms`
+      : 'n/a',
+    pgboss: '',
+    graphile: '',
+    target: '<= 2x the empty table',
+    verdict: verdict(r === undefined ? undefined : r <= 2),
+  });
 }
 const mem = get<{ sweep: { allocatedBytes: Summary; retainedBytes: Summary }; consume: { allocatedBytes: Summary; retainedBytes: Summary }; }>('memory');
 if (phase('memory')) {
@@ -504,6 +546,38 @@ if (phase('memory')) {
     target: 'reported',
     verdict: '',
   });
+}
+
+const tr = get<TransportResult>('transport');
+if (phase('transport') && tr && !tr.skipped) {
+  const trips = (r: Record<string, RouteTrips>) =>
+    (['neon', 'hyperdrive'] as const).map((t) => `${t} ${r[t] ? `${r[t]!.statements}+${r[t]!.connects}c` : 'n/a'}`).join(', ');
+  for (const [route, r] of Object.entries(tr.roundTrips)) {
+    rows.push({ workload: `9. round trips ${route} (statements + connections)`, project: trips(r), pgboss: '', graphile: '', target: 'enqueue/get/cancel: 1', verdict: '' });
+  }
+  const lat = (t: 'neon' | 'hyperdrive') => (tr.latency[t] ? `p50 ${fmt1(tr.latency[t].p50)} ms, p99 ${fmt1(tr.latency[t].p99)} ms` : 'n/a');
+  rows.push({
+    workload: `9. enqueue latency, ${tr.roundTripMs} ms RTT to the database (wrangler dev)`,
+    project: `WebSocket: ${lat('neon')}; Hyperdrive stand-in: ${lat('hyperdrive')}`,
+    pgboss: '',
+    graphile: '',
+    target: `Hyperdrive p50 <= ${tr.roundTripMs + 15} ms`,
+    verdict: verdict(tr.latency.hyperdrive ? tr.latency.hyperdrive.p50 <= tr.roundTripMs + 15 : undefined),
+  });
+  const thr = (t: 'neon' | 'hyperdrive') =>
+    tr.throughput[t]
+      ? `${fmt2(tr.throughput[t].oneTenantRatio)}x / ${fmt2(tr.throughput[t].tenTenantsRatio)}x (${fmtInt(tr.throughput[t].oneTenantRps)} / ${fmtInt(tr.throughput[t].tenTenantsRps)} vs ${fmtInt(tr.throughput[t].noDbRps)}/s)`
+      : 'n/a';
+  rows.push({
+    workload: '9. single enqueue at 10 concurrent vs no-db route (1 tenant / 10 tenants)',
+    project: `WebSocket: ${thr('neon')}; Hyperdrive stand-in: ${thr('hyperdrive')}`,
+    pgboss: '',
+    graphile: '',
+    target: '>= 0.6x',
+    verdict: verdict(tr.throughput.hyperdrive ? tr.throughput.hyperdrive.oneTenantRatio >= 0.6 : undefined),
+  });
+} else if (phase('transport') && tr?.skipped) {
+  rows.push({ workload: '9. transports', project: tr.skipped, pgboss: '', graphile: '', target: '', verdict: '' });
 }
 
 results.durationSeconds = Math.round((Date.now() - began) / 1000);

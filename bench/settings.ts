@@ -37,6 +37,8 @@ export const ALL_PHASES = [
   'ceiling',
   'bundle',
   'memory',
+  'metrics',
+  'transport',
 ] as const;
 export type PhaseName = (typeof ALL_PHASES)[number];
 

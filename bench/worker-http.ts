@@ -4,7 +4,7 @@
 // connection per request as in production.
 //
 // The `default` queue is paused while enqueueing: an enqueue due now kicks a
-// dispatch of its queue after answering (kickDueQueues), and with the queue
+// dispatch of its queue after answering (src/sweep/kick.ts), and with the queue
 // running that would start the local Queue consumer inside the same workerd
 // and measure draining too. Paused, the kick still runs its one claim
 // statement (which finds the queue paused and claims nothing), so the figure
@@ -13,8 +13,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { closeSync, openSync, rmSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { ensureDashboardBuilt } from '../scripts/dashboard.ts';
 import { freePort } from '../scripts/postgres.ts';
 import { setQueuePaused } from '../src/db/sql/tenants.ts';
 import type { Ctx } from './context.ts';
@@ -29,23 +30,50 @@ export interface WorkerDev {
   stop(): Promise<void>;
 }
 
-export async function startWorkerDev(ctx: Ctx): Promise<WorkerDev> {
-  const databaseUrl = await ctx.server.freshDatabase('bench_project_http');
-  await migrateProject(databaseUrl, ctx.proxy);
-  const db = await openProjectDb(databaseUrl, ctx.proxy);
-  await setQueuePaused(db, { queue: 'default', paused: true });
-  await db.close();
+export interface WorkerDevOptions {
+  /** A database already migrated and prepared (default: a fresh one). */
+  databaseUrl?: string;
+  /** The URL the Worker's Neon driver dials (default: databaseUrl), e.g. through a delay proxy. */
+  workerDatabaseUrl?: string;
+  /** Runs the Worker over a HYPERDRIVE binding whose local connection string is this. */
+  hyperdriveUrl?: string;
+}
+
+/** wrangler.toml plus a HYPERDRIVE binding (local mode), written to `file`. */
+async function hyperdriveConfig(file: string): Promise<void> {
+  const base = await readFile(join(root, 'wrangler.toml'), 'utf8');
+  const local = base.replace(/^main = "([^"]+)"/m, (_, main: string) => `main = ${JSON.stringify(join(root, main))}`);
+  await writeFile(file, `${local}\n[[hyperdrive]]\nbinding = "HYPERDRIVE"\nid = "bench"\n`);
+}
+
+export async function startWorkerDev(ctx: Ctx, options: WorkerDevOptions = {}): Promise<WorkerDev> {
+  // wrangler.toml serves the dashboard's build as static assets.
+  await ensureDashboardBuilt();
+  let databaseUrl = options.databaseUrl;
+  if (!databaseUrl) {
+    databaseUrl = await ctx.server.freshDatabase('bench_project_http');
+    await migrateProject(databaseUrl, ctx.proxy);
+    const db = await openProjectDb(databaseUrl, ctx.proxy);
+    await setQueuePaused(db, { queue: 'default', paused: true });
+    await db.close();
+  }
 
   const dir = await tempDir('scheduler-bench-wrangler-');
   const adminToken = `adm_${randomBytes(24).toString('base64url')}`;
   const envFile = join(dir.path, 'dev.env');
   const vars: Record<string, string> = {
-    DATABASE_URL: databaseUrl,
+    DATABASE_URL: options.workerDatabaseUrl ?? databaseUrl,
     DATABASE_WS_PROXY: ctx.proxy,
     ADMIN_TOKEN: adminToken,
     SIGNING_SECRET: `whsec_${randomBytes(32).toString('base64')}`,
   };
   await writeFile(envFile, Object.entries(vars).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join('\n') + '\n', { mode: 0o600 });
+  const configArgs: string[] = [];
+  if (options.hyperdriveUrl) {
+    const file = join(dir.path, 'wrangler.toml');
+    await hyperdriveConfig(file);
+    configArgs.push('--config', file);
+  }
   const port = await freePort();
   const logFd = openSync(join(dir.path, 'wrangler.log'), 'a');
   const child: ChildProcess = spawn(
@@ -53,6 +81,7 @@ export async function startWorkerDev(ctx: Ctx): Promise<WorkerDev> {
     [
       join(root, 'node_modules/wrangler/bin/wrangler.js'),
       'dev',
+      ...configArgs,
       '--ip', '127.0.0.1',
       '--port', String(port),
       '--env-file', envFile,
@@ -64,7 +93,12 @@ export async function startWorkerDev(ctx: Ctx): Promise<WorkerDev> {
       cwd: root,
       detached: true,
       stdio: ['ignore', logFd, logFd],
-      env: { ...process.env, WRANGLER_SEND_METRICS: 'false', CLOUDFLARE_SEND_METRICS: 'false' },
+      env: {
+        ...process.env,
+        WRANGLER_SEND_METRICS: 'false',
+        CLOUDFLARE_SEND_METRICS: 'false',
+        ...(options.hyperdriveUrl ? { CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: options.hyperdriveUrl } : {}),
+      },
     },
   );
   closeSync(logFd);

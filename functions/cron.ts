@@ -5,7 +5,7 @@ import type { Env } from './env.ts';
 
 export async function handleScheduled(controller: ScheduledController, env: Env, _ctx: ExecutionContext): Promise<void> {
   const { config, log } = sharedFor(env);
-  const db = openDb(env);
+  const db = openDb(env, 'sweep');
   const workerId = invocationId('cron');
   try {
     const counts = await sweepOnce({ db, config, sender: env.TASKS, log: log.child({ workerId }), workerId });

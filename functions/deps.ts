@@ -1,7 +1,13 @@
 // Reads the bindings once per isolate and opens the database for one
 // invocation. A connection never outlives the invocation that opened it.
+//
+// The transport is chosen from the bindings: a HYPERDRIVE binding means `pg`
+// over Hyperdrive (recommended: pooled connections set up near the Worker);
+// without one, the Neon serverless driver over WebSockets to DATABASE_URL.
+// DATABASE_TRANSPORT=neon forces the latter even with the binding (local use).
 import { readConfig, type Config } from '../src/config.ts';
 import { createNeonDb } from '../src/db/neon.ts';
+import { createPgDb } from '../src/db/pg.ts';
 import type { Db } from '../src/db/seam.ts';
 import { createRegistry, type Registry } from '../src/handlers/registry.ts';
 import { createLogger, type Logger } from '../src/log.ts';
@@ -24,18 +30,42 @@ export function sharedFor(env: Env): Shared {
   if (!s) {
     const config = readConfig(env);
     const registry = createRegistry(taskTypes({ config }));
-    s = { config, registry, log: createLogger(), signingSecrets: createSigningSecretStore(env.SIGNING_SECRET || undefined) };
+    s = {
+      config,
+      registry,
+      log: createLogger({ level: config.logLevel }),
+      signingSecrets: createSigningSecretStore(env.SIGNING_SECRET || undefined),
+    };
     shared.set(env, s);
   }
   return s;
 }
 
-export function openDb(env: Env): Db {
-  if (!env.DATABASE_URL) throw new Error('DATABASE_URL is not set (wrangler secret put DATABASE_URL)');
+export type Transport = 'hyperdrive' | 'neon';
+
+export function transportFor(env: Env): Transport {
+  return env.HYPERDRIVE?.connectionString && env.DATABASE_TRANSPORT !== 'neon' ? 'hyperdrive' : 'neon';
+}
+
+/** Who opens the database: each has its own statement budget. */
+export type Caller = 'http' | 'sweep' | 'consumer';
+
+export function openDb(env: Env, caller: Caller = 'http'): Db {
+  const { config } = sharedFor(env);
+  const timeouts = {
+    connectTimeoutMs: config.dbConnectTimeoutMs,
+    statementTimeoutMs:
+      caller === 'sweep' ? config.sweepStatementTimeoutMs : caller === 'consumer' ? config.consumerStatementTimeoutMs : config.dbStatementTimeoutMs,
+  };
+  if (transportFor(env) === 'hyperdrive') {
+    return createPgDb({ connectionString: env.HYPERDRIVE!.connectionString, maxConnections: 4, ...timeouts });
+  }
+  if (!env.DATABASE_URL) throw new Error('neither a HYPERDRIVE binding nor DATABASE_URL is set (see the README, Deploy)');
   return createNeonDb({
     connectionString: env.DATABASE_URL,
     wsProxy: env.DATABASE_WS_PROXY || undefined,
     maxConnections: 4,
+    ...timeouts,
   });
 }
 

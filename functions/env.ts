@@ -2,7 +2,11 @@
 import type { TaskMessage } from '../src/sweep/sweep.ts';
 
 export interface Env {
-  /** Secret. Neon's pooled connection string in production. */
+  /** Hyperdrive in front of the database (recommended); when bound, `pg` goes through it. */
+  HYPERDRIVE?: Hyperdrive;
+  /** `neon` forces the WebSocket driver even with a HYPERDRIVE binding. */
+  DATABASE_TRANSPORT?: string;
+  /** Secret. Neon's connection string; used when there is no HYPERDRIVE binding. */
   DATABASE_URL: string;
   /** Development only: `host:port` of the WebSocket-to-TCP proxy. */
   DATABASE_WS_PROXY?: string;

@@ -8,6 +8,6 @@ import type { TaskHandler } from '../src/handlers/registry.ts';
 export function taskTypes(options: { config: Config }): TaskHandler<never>[] {
   return [
     noopTask,
-    createHttpTask({ allowPrivateTargets: options.config.allowPrivateTargets }),
+    createHttpTask({ allowPrivateTargets: options.config.allowPrivateTargets, allowedPorts: options.config.allowedTargetPorts }),
   ];
 }

@@ -26,7 +26,7 @@ export async function closeLocalProxy(): Promise<void> {
 
 export async function openNodeDb(
   url: string,
-  options: { maxConnections?: number; applicationName?: string; wsProxy?: string } = {},
+  options: { maxConnections?: number; applicationName?: string; wsProxy?: string; statementTimeoutMs?: number } = {},
 ): Promise<Db> {
   const wsProxy = isNeonHost(url) ? undefined : (options.wsProxy ?? (await localProxy()).address);
   return createNeonDb({
@@ -35,5 +35,10 @@ export async function openNodeDb(
     webSocketConstructor: ws,
     maxConnections: options.maxConnections,
     applicationName: options.applicationName,
+    // Tooling, tests and benchmarks run long statements (migrations, template
+    // clones, 100,000-row batches) on loaded machines: no statement timeout
+    // unless asked. The Worker's timeouts come from its config (functions/deps.ts).
+    connectTimeoutMs: 30_000,
+    statementTimeoutMs: options.statementTimeoutMs ?? 0,
   });
 }

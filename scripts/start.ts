@@ -1,7 +1,11 @@
 // `npm start`: the whole service on this machine.
 //   embedded Postgres (data under .data/, kept across restarts) unless
 //   DATABASE_URL is set -> migrations -> the WebSocket proxy -> wrangler dev
-//   -> a ticker firing the cron handler every few seconds.
+//   -> the dashboard's build -> a ticker firing the cron handler every few seconds.
+// The Worker reaches Postgres the way production should: `pg` through a
+// HYPERDRIVE binding, here in Hyperdrive's local mode (workerd opens a TCP
+// socket to the database). DATABASE_TRANSPORT=neon runs the Neon driver over
+// the WebSocket proxy instead, as a deployment without Hyperdrive does.
 // Prints the URL and the admin token once /healthz answers; Ctrl-C (SIGINT or
 // SIGTERM) stops every child and Postgres.
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -14,6 +18,7 @@ import { openNodeDb } from './node-db.ts';
 import { startEmbeddedPostgres, type RunningPostgres } from './postgres.ts';
 import { startWsProxy, type WsProxy } from './ws-proxy.ts';
 import { migrate } from '../src/db/migrate.ts';
+import { buildDashboard } from './dashboard.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dataDir = `${root}.data`;
@@ -22,6 +27,28 @@ const say = (line: string) => console.log(`[start] ${line}`);
 const port = Number(process.env.PORT ?? 8787);
 const tickSeconds = Number(process.env.TICK_SECONDS ?? 5);
 const allowPrivate = process.env.ALLOW_PRIVATE_TARGETS ?? 'true';
+const transport = process.env.DATABASE_TRANSPORT === 'neon' ? 'neon' : 'hyperdrive';
+
+/** Hyperdrive's local mode needs a password in the string, even under trust auth. */
+function withPassword(url: string): string {
+  const u = new URL(url);
+  if (!u.password) u.password = 'unused';
+  return u.toString();
+}
+
+/**
+ * wrangler.toml plus a HYPERDRIVE binding, for wrangler dev only. The binding's
+ * local connection string comes from the environment
+ * (CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE), so no database
+ * address is written into a config file.
+ */
+async function hyperdriveConfig(): Promise<string> {
+  const base = await readFile(`${root}wrangler.toml`, 'utf8');
+  const file = `${dataDir}/wrangler.local.toml`;
+  const local = base.replace(/^main = "([^"]+)"/m, (_, main: string) => `main = "../${main}"`);
+  await writeFile(file, `${local}\n# Added by npm start: Hyperdrive's local mode.\n[[hyperdrive]]\nbinding = "HYPERDRIVE"\nid = "local"\n`);
+  return file;
+}
 
 interface LocalSecrets {
   adminToken: string;
@@ -62,6 +89,9 @@ async function main(): Promise<void> {
   const secrets = await localSecrets();
   const adminToken = process.env.ADMIN_TOKEN || secrets.adminToken;
   const signingSecret = process.env.SIGNING_SECRET || secrets.signingSecret;
+  // The generated token is 36 characters; the Worker ignores one under 32 (admin access disabled).
+  if (adminToken.length < 32) say('warning: ADMIN_TOKEN is shorter than 32 characters: the Worker disables admin access');
+  if (signingSecret.length < 32) say('warning: SIGNING_SECRET is shorter than 32 characters: the Worker refuses to start');
 
   let pg: RunningPostgres | undefined;
   let proxy: WsProxy | undefined;
@@ -137,13 +167,18 @@ async function main(): Promise<void> {
     };
     await writeFile(envFile, Object.entries(vars).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join('\n') + '\n', { mode: 0o600 });
 
+    say('building the dashboard');
+    await buildDashboard();
+
     const url = `http://127.0.0.1:${port}`;
-    say(`starting wrangler dev on ${url}`);
+    const configArgs = transport === 'hyperdrive' ? ['--config', await hyperdriveConfig()] : [];
+    say(`starting wrangler dev on ${url} (database transport: ${transport})`);
     wrangler = spawn(
       process.execPath,
       [
         `${root}node_modules/wrangler/bin/wrangler.js`,
         'dev',
+        ...configArgs,
         '--ip', '127.0.0.1',
         '--port', String(port),
         '--test-scheduled',
@@ -155,7 +190,12 @@ async function main(): Promise<void> {
         cwd: root,
         detached: true,
         stdio: ['ignore', 'inherit', 'inherit'],
-        env: { ...process.env, WRANGLER_SEND_METRICS: 'false', CLOUDFLARE_SEND_METRICS: 'false' },
+        env: {
+          ...process.env,
+          WRANGLER_SEND_METRICS: 'false',
+          CLOUDFLARE_SEND_METRICS: 'false',
+          ...(transport === 'hyperdrive' ? { CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: withPassword(databaseUrl) } : {}),
+        },
       },
     );
     wrangler.on('exit', (code) => {
@@ -173,6 +213,7 @@ async function main(): Promise<void> {
     console.log('');
     say(`ready: ${url}`);
     say(`admin token: ${adminToken}`);
+    say(`dashboard: ${url}/dashboard/ (sign in with the admin token or a tenant key)`);
     say(`sweeping every ${tickSeconds} s; Ctrl-C stops everything`);
     say(`try: curl -s ${url}/v1/tasks -H "authorization: Bearer ${adminToken}" -H 'content-type: application/json' -d '{"task":"noop"}'`);
   } catch (error) {

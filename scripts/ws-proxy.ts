@@ -75,7 +75,7 @@ export async function startWsProxy(options: { port?: number; host?: string; allo
   };
 }
 
-// Run directly: `node scripts/ws-proxy.ts [port]`.
+// Run directly: `npm run ws-proxy -- [port]`.
 if (import.meta.url === `file://${process.argv[1]}`) {
   const proxy = await startWsProxy({ port: Number(process.argv[2] ?? 0) || undefined });
   console.log(`ws proxy listening on ${proxy.address}`);

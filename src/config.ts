@@ -2,6 +2,7 @@
 // strings). Each has a default that suits a one-minute cron; the README lists
 // them. An invalid value fails loudly, naming the variable.
 import { z } from 'zod';
+import { LOG_LEVELS, type LogLevel } from './log.ts';
 import { MAX_TIMEOUT_SECONDS } from './tasks/options.ts';
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
@@ -10,6 +11,8 @@ const bool = z
   .transform((v) => ['true', '1', 'yes', 'on'].includes(v));
 
 const ConfigSchema = z.object({
+  /** Least severe log level written: `info` in production, `warn` in the tests. */
+  LOG_LEVEL: z.enum(LOG_LEVELS).default('info'),
   /**
    * Most tasks one claim statement takes; they are sent in sendBatch calls of
    * at most 100 (the Queues limit) and marked dispatched in one statement.
@@ -49,17 +52,43 @@ const ConfigSchema = z.object({
   DEFAULT_BACKOFF_MAX_SECONDS: z.coerce.number().min(0.001).max(7 * 86_400).default(3600),
   /** Largest task payload, in bytes of JSON. */
   MAX_PAYLOAD_BYTES: int(1, 1024 * 1024).default(256 * 1024),
-  /** Lets the built-in http task reach private, loopback and link-local addresses. */
+  /** Lets the built-in http task reach private, loopback and link-local addresses, on any port. */
   ALLOW_PRIVATE_TARGETS: bool.default(false),
+  /** Longest wait for a database connection (socket, start-up, auth); past it, 503 database_unavailable. */
+  DB_CONNECT_TIMEOUT_MS: int(100, 60_000).default(5_000),
+  /** Longest wait for one statement's answer in an HTTP request; past it, 503 database_unavailable. */
+  DB_STATEMENT_TIMEOUT_MS: int(100, 120_000).default(10_000),
+  /** The same for the sweep, whose batches are larger; stays under its time budget. */
+  SWEEP_STATEMENT_TIMEOUT_MS: int(100, 900_000).default(15_000),
+  /** The same for the consumer; past it the batch is retried by the Queue. */
+  CONSUMER_STATEMENT_TIMEOUT_MS: int(100, 120_000).default(10_000),
+  /**
+   * How long an isolate trusts a tenant key it has checked (seconds, at most
+   * 5): a revoked key stops working everywhere within this bound. 0 checks
+   * every request against the database.
+   */
+  KEY_CACHE_SECONDS: z.coerce.number().min(0).max(5).default(5),
+  /** An isolate kicks dispatch of one queue at most once per this many ms after enqueues. */
+  KICK_INTERVAL_MS: int(0, 10_000).default(250),
   /** Default quota: most pending (scheduled + queued + running) tasks one tenant may hold. */
   QUOTA_MAX_PENDING_TASKS: int(0, 100_000_000).default(1_000_000),
   /** Default quota: most schedules one tenant may define. */
   QUOTA_MAX_SCHEDULES: int(0, 1_000_000).default(10_000),
   /** Default quota: the shortest period a tenant's schedule may fire at (1: every second is allowed). */
   QUOTA_MIN_SCHEDULE_INTERVAL_SECONDS: int(1, 31_622_400).default(1),
+  /** Ports the built-in http task may reach besides 80 and 443: comma-separated, e.g. "8443,8080". */
+  ALLOWED_TARGET_PORTS: z
+    .string()
+    .regex(/^\s*(\d{1,5}\s*(,\s*\d{1,5}\s*)*)?$/, 'comma-separated port numbers')
+    .transform((s) => s.split(',').map((p) => p.trim()).filter((p) => p !== '').map(Number))
+    .refine((ports) => ports.every((p) => p >= 1 && p <= 65_535), 'ports are 1 to 65535')
+    .default([]),
+  /** /metrics lists at most this many tenants by name (the busiest); the rest are summed as tenant="other". */
+  METRICS_MAX_TENANTS: int(1, 1000).default(20),
 });
 
 export interface Config {
+  logLevel: LogLevel;
   sweepBatchSize: number;
   promoteBatchSize: number;
   scheduleBatchSize: number;
@@ -79,9 +108,17 @@ export interface Config {
   defaultBackoffMaxMs: number;
   maxPayloadBytes: number;
   allowPrivateTargets: boolean;
+  dbConnectTimeoutMs: number;
+  dbStatementTimeoutMs: number;
+  sweepStatementTimeoutMs: number;
+  consumerStatementTimeoutMs: number;
+  keyCacheMs: number;
+  kickIntervalMs: number;
   quotaMaxPendingTasks: number;
   quotaMaxSchedules: number;
   quotaMinScheduleIntervalSeconds: number;
+  allowedTargetPorts: number[];
+  metricsMaxTenants: number;
 }
 
 /** Reads the tunables from string vars; empty strings count as unset. */
@@ -98,6 +135,7 @@ export function readConfig(vars: Record<string, unknown>): Config {
   }
   const v = parsed.data;
   return {
+    logLevel: v.LOG_LEVEL,
     sweepBatchSize: v.SWEEP_BATCH_SIZE,
     promoteBatchSize: v.PROMOTE_BATCH_SIZE,
     scheduleBatchSize: v.SCHEDULE_BATCH_SIZE,
@@ -117,9 +155,17 @@ export function readConfig(vars: Record<string, unknown>): Config {
     defaultBackoffMaxMs: Math.round(v.DEFAULT_BACKOFF_MAX_SECONDS * 1000),
     maxPayloadBytes: v.MAX_PAYLOAD_BYTES,
     allowPrivateTargets: v.ALLOW_PRIVATE_TARGETS,
+    dbConnectTimeoutMs: v.DB_CONNECT_TIMEOUT_MS,
+    dbStatementTimeoutMs: v.DB_STATEMENT_TIMEOUT_MS,
+    sweepStatementTimeoutMs: v.SWEEP_STATEMENT_TIMEOUT_MS,
+    consumerStatementTimeoutMs: v.CONSUMER_STATEMENT_TIMEOUT_MS,
+    keyCacheMs: Math.round(v.KEY_CACHE_SECONDS * 1000),
+    kickIntervalMs: v.KICK_INTERVAL_MS,
     quotaMaxPendingTasks: v.QUOTA_MAX_PENDING_TASKS,
     quotaMaxSchedules: v.QUOTA_MAX_SCHEDULES,
     quotaMinScheduleIntervalSeconds: v.QUOTA_MIN_SCHEDULE_INTERVAL_SECONDS,
+    allowedTargetPorts: v.ALLOWED_TARGET_PORTS,
+    metricsMaxTenants: v.METRICS_MAX_TENANTS,
   };
 }
 

@@ -2,7 +2,8 @@
 // tail` index the fields). Context such as the request id, tenant and task id
 // is carried by child loggers rather than repeated at each call.
 
-export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
+export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
 export type LogFields = Record<string, unknown>;
 
 export interface Logger {

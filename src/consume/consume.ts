@@ -8,6 +8,7 @@
 // whose queue was paused after its claim is refused at the start (back to
 // `queued`, attempt refunded) and its message acknowledged. If the
 // database cannot be reached, messages are retried by the Queue, not acked.
+import { traceIdOf } from '../tracing/trace-context.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
 import { extendLease, finishTasks, startTasks, type AttemptResult, type StartedTask } from '../db/sql/tasks.ts';
@@ -74,7 +75,13 @@ async function runAttempt(
 ): Promise<AttemptResult> {
   const { task } = started;
   const base = { id: task.id, epoch: task.leaseEpoch, retryDelayMs: null };
-  const log = deps.log.child({ taskId: task.id, tenant: task.tenant, task: task.task, attempt: task.attempts });
+  const log = deps.log.child({
+    taskId: task.id,
+    tenant: task.tenant,
+    task: task.task,
+    attempt: task.attempts,
+    ...(started.trace ? { traceId: traceIdOf(started.trace.traceparent) } : {}),
+  });
   const handler = deps.registry.get(task.task);
   if (!handler) {
     // A rollout may be under way: retry rather than kill, attempts bound it.
@@ -109,6 +116,7 @@ async function runAttempt(
     signal: controller.signal,
     log,
     signingSecrets: () => signingSecrets(task.tenant),
+    trace: started.trace,
     async heartbeat(extendSeconds) {
       const seconds = extendSeconds ?? task.timeoutMs / 1000 + deps.config.leaseGraceSeconds;
       const until = await extendLease(deps.db, { now, id: task.id, epoch: task.leaseEpoch, seconds });
@@ -215,9 +223,10 @@ interface Finisher {
 
 /**
  * Groups results that settle close together into one fenced finish statement.
- * A group is written once no result has joined it for FINISH_COALESCE_MS, or
- * at once when every attempt of the batch has settled; groups never wait for
- * each other, so one slow statement delays only its own group.
+ * A group is written FINISH_COALESCE_MS after its first result arrived, or at
+ * once when every attempt of the batch has settled (a batch of quick handlers
+ * still takes one statement); groups never wait for each other, so a slow
+ * handler or a slow statement delays only its own group.
  */
 function createFinisher(deps: ConsumeDeps, now: Date | undefined, faults: Faults, attempts: number): Finisher {
   const { db, log } = deps;

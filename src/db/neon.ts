@@ -1,15 +1,16 @@
-// The Neon adapter: the only file in src/ that imports the database driver.
+// The Neon transport: one of the two files in src/ that import a database
+// driver (pg.ts is the other). Used when no Hyperdrive binding is configured.
 //
 // In production the driver reaches Neon over secure WebSockets. Locally and in
 // tests it reaches an ordinary Postgres through the development proxy
 // (scripts/ws-proxy.ts): `wsProxy` names it, and TLS is off because the proxy
 // is on loopback. The same driver code runs in workerd and in Node; Node
 // passes its WebSocket constructor (the `ws` package).
-import { Pool, neonConfig, type PoolClient } from '@neondatabase/serverless';
-import type { Db, Queryable, Sql } from './seam.ts';
-import { translateDbError } from './errors.ts';
+import { Pool, neonConfig } from '@neondatabase/serverless';
+import type { Db } from './seam.ts';
+import { createPooledDb, type DbTimeouts, type PoolLike, DEFAULT_CONNECT_TIMEOUT_MS } from './pooled.ts';
 
-export interface NeonDbOptions {
+export interface NeonDbOptions extends DbTimeouts {
   connectionString: string;
   /** `host:port` of a development WebSocket proxy; unset in production. */
   wsProxy?: string;
@@ -32,61 +33,16 @@ function configureDriver(options: NeonDbOptions): void {
   }
 }
 
-interface QueryResultLike {
-  rows: object[];
-}
-
-async function run<R extends object>(
-  client: { query(config: object): Promise<QueryResultLike> },
-  sql: Sql | string,
-  values: readonly unknown[] | undefined,
-): Promise<R[]> {
-  const config =
-    typeof sql === 'string'
-      ? { text: sql, values: values ? [...values] : undefined }
-      : // Named: the driver prepares it once per connection and reuses it.
-        { name: sql.name, text: sql.text, values: values ? [...values] : [] };
-  try {
-    const result = await client.query(config);
-    return result.rows as R[];
-  } catch (error) {
-    throw translateDbError(error);
-  }
-}
-
-export function createNeonDb(options: NeonDbOptions): Db {
+export function createNeonDb(options: NeonDbOptions): Db & { transport: 'neon'; connections(): number } {
   configureDriver(options);
   const pool = new Pool({
     connectionString: options.connectionString,
     max: options.maxConnections ?? 4,
     application_name: options.applicationName,
+    connectionTimeoutMillis: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
   });
-  // An idle client's connection dropping (e.g. pg_terminate_backend) must not
-  // crash the process: the pool discards it and the next query reconnects.
-  pool.on('error', () => {});
-
-  return {
-    query: (sql, values) => run(pool as never, sql, values),
-    async transaction(fn) {
-      const client: PoolClient = await pool.connect();
-      const tx: Queryable = { query: (sql, values) => run(client as never, sql, values) };
-      let broken = false;
-      try {
-        await client.query('BEGIN');
-        const result = await fn(tx);
-        await client.query('COMMIT');
-        return result;
-      } catch (error) {
-        try {
-          await client.query('ROLLBACK');
-        } catch {
-          broken = true;
-        }
-        throw translateDbError(error);
-      } finally {
-        client.release(broken);
-      }
-    },
-    close: () => pool.end(),
+  return createPooledDb(pool as unknown as PoolLike, { ...options, transport: 'neon' }) as Db & {
+    transport: 'neon';
+    connections(): number;
   };
 }

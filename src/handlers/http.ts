@@ -10,12 +10,15 @@
 // this URL, not wherever a Location points, so a 3xx is a failed attempt.
 import { z } from 'zod';
 import { defineTask, PermanentError, RetryAfterError, type TaskHandler } from './registry.ts';
-import { signWebhook } from './signing.ts';
+import { signWebhook } from '../../packages/client/src/webhooks.ts';
+import { childTraceparent } from '../tracing/trace-context.ts';
 import { checkTarget } from './ssrf.ts';
 
 export interface HttpTaskOptions {
-  /** Lets URLs reach loopback and private networks (ALLOW_PRIVATE_TARGETS; local development). */
+  /** Lets URLs reach loopback and private networks, on any port (ALLOW_PRIVATE_TARGETS; local development). */
   allowPrivateTargets: boolean;
+  /** Ports allowed besides 80 and 443 (ALLOWED_TARGET_PORTS). */
+  allowedPorts?: readonly number[];
   fetch?: typeof fetch;
   /** The clock for webhook-timestamp and Retry-After dates; injectable for tests. */
   now?: () => Date;
@@ -51,6 +54,13 @@ const FORBIDDEN_HEADERS = new Set([
   'proxy-connection',
 ]);
 const FORBIDDEN_HEADER_PREFIXES = ['webhook-', 'proxy-', 'sec-'];
+/**
+ * Headers that claim where a request came from, or that Cloudflare sets on
+ * its way through: a receiver (or a proxy in front of it) may trust them for
+ * access control or rate limits, so a tenant may not forge them.
+ */
+const NETWORK_HEADERS = new Set(['forwarded', 'x-real-ip', 'true-client-ip']);
+const NETWORK_HEADER_PREFIXES = ['x-forwarded-', 'cf-'];
 
 /** RFC 9110 token characters: what a header name may contain. */
 const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
@@ -61,6 +71,9 @@ function headerNameProblem(name: string): string | null {
   if (!HEADER_NAME.test(name)) return 'not a valid header name';
   const lower = name.toLowerCase();
   if (FORBIDDEN_HEADERS.has(lower)) return 'this header is set by the transport and may not be given';
+  if (NETWORK_HEADERS.has(lower) || NETWORK_HEADER_PREFIXES.some((p) => lower.startsWith(p))) {
+    return 'client-address and proxy headers (Forwarded, X-Forwarded-*, X-Real-IP, True-Client-IP, CF-*) are set by the network, not the caller';
+  }
   if (FORBIDDEN_HEADER_PREFIXES.some((p) => lower.startsWith(p))) {
     return lower.startsWith('webhook-') ? 'webhook-* headers are set by the signer' : 'this header may not be given';
   }
@@ -68,7 +81,7 @@ function headerNameProblem(name: string): string | null {
 }
 
 /** The payload schema; the URL refinement depends on whether private targets are allowed. */
-export function createHttpPayloadSchema(options: { allowPrivateTargets: boolean }) {
+export function createHttpPayloadSchema(options: { allowPrivateTargets: boolean; allowedPorts?: readonly number[] }) {
   const headers = z.record(z.string(), z.string()).superRefine((value, ctx) => {
     const seen = new Set<string>();
     for (const [name, headerValue] of Object.entries(value)) {
@@ -88,7 +101,7 @@ export function createHttpPayloadSchema(options: { allowPrivateTargets: boolean 
         .string()
         .max(MAX_URL_LENGTH)
         .superRefine((url, ctx) => {
-          const check = checkTarget(url, { allowPrivate: options.allowPrivateTargets });
+          const check = checkTarget(url, { allowPrivate: options.allowPrivateTargets, allowedPorts: options.allowedPorts });
           if (!check.ok) ctx.addIssue({ code: 'custom', message: check.reason });
         }),
       method: z.enum(HTTP_METHODS).default('POST'),
@@ -110,7 +123,7 @@ export function createHttpTask(options: HttpTaskOptions): TaskHandler<never> {
   const now = options.now ?? (() => new Date());
 
   return defineTask('http', createHttpPayloadSchema(options), async (payload, ctx) => {
-    const target = checkTarget(payload.url, { allowPrivate: options.allowPrivateTargets });
+    const target = checkTarget(payload.url, { allowPrivate: options.allowPrivateTargets, allowedPorts: options.allowedPorts });
     if (!target.ok) throw new PermanentError(`target refused: ${target.reason}`);
 
     const headers = new Headers(payload.headers);
@@ -120,6 +133,12 @@ export function createHttpTask(options: HttpTaskOptions): TaskHandler<never> {
       // Encoded once, so the signature covers exactly the bytes on the wire.
       body = new TextEncoder().encode(isText ? (payload.body as string) : JSON.stringify(payload.body));
       if (!headers.has('content-type')) headers.set('content-type', isText ? 'text/plain; charset=utf-8' : 'application/json');
+    }
+    // W3C trace context: this delivery is a child span of the enqueue request's trace
+    // (unless the payload set its own traceparent).
+    if (ctx.trace && !headers.has('traceparent')) {
+      headers.set('traceparent', childTraceparent(ctx.trace.traceparent));
+      if (ctx.trace.tracestate && !headers.has('tracestate')) headers.set('tracestate', ctx.trace.tracestate);
     }
     // The tenant's own secrets (both during a rotation): no tenant can sign for another.
     const secrets = await ctx.signingSecrets();

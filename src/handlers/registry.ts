@@ -4,6 +4,7 @@
 import type { z } from 'zod';
 import { invalid, type ErrorDetail } from '../errors.ts';
 import type { Logger } from '../log.ts';
+import type { TraceContext } from '../tracing/trace-context.ts';
 
 /** What a running handler knows about its attempt, and its fence. */
 export interface TaskContext {
@@ -29,6 +30,8 @@ export interface TaskContext {
    */
   signingSecrets(): Promise<string[]>;
   log: Logger;
+  /** The W3C trace context the task was enqueued with (the http task sends a child of it). */
+  trace?: TraceContext | null;
 }
 
 export interface TaskHandler<P = unknown> {

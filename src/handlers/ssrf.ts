@@ -17,6 +17,12 @@
 // resolved by the fetch itself; in production Cloudflare's fetch refuses
 // private and internal destinations. In Node (tests, local use) nothing stops
 // it, which is why local use turns the guard off with ALLOW_PRIVATE_TARGETS.
+//
+// Ports: 80 and 443 (the URL's default for its scheme counts as one of them),
+// plus those listed in ALLOWED_TARGET_PORTS; any other port is refused, so a
+// tenant cannot aim deliveries at a mail, database or admin port of a public
+// host. With ALLOW_PRIVATE_TARGETS (local development, where receivers listen
+// on random ports) every port is allowed.
 
 export type TargetCheck = { ok: true; url: URL } | { ok: false; reason: string };
 
@@ -88,7 +94,7 @@ const IPV4_RANGES = IPV4_BLOCKED.map(([cidr, what]) => {
  * With `allowPrivate` (local development) any host is accepted, but the
  * scheme and userinfo rules still hold.
  */
-export function checkTarget(url: string, options: { allowPrivate: boolean }): TargetCheck {
+export function checkTarget(url: string, options: { allowPrivate: boolean; allowedPorts?: readonly number[] }): TargetCheck {
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -104,7 +110,15 @@ export function checkTarget(url: string, options: { allowPrivate: boolean }): Ta
   if (parsed.hostname === '') return { ok: false, reason: 'the URL has no host' };
   if (options.allowPrivate) return { ok: true, url: parsed };
   const refusal = classifyHost(parsed.hostname);
-  return refusal === null ? { ok: true, url: parsed } : { ok: false, reason: `host ${parsed.hostname} is refused: ${refusal}` };
+  if (refusal !== null) return { ok: false, reason: `host ${parsed.hostname} is refused: ${refusal}` };
+  // An empty port is the scheme's default (80 or 443): the parser drops an explicit default.
+  if (parsed.port !== '') {
+    const port = Number(parsed.port);
+    if (port !== 80 && port !== 443 && !(options.allowedPorts ?? []).includes(port)) {
+      return { ok: false, reason: `port ${port} is not allowed (80, 443${(options.allowedPorts ?? []).map((p) => `, ${p}`).join('')}; see ALLOWED_TARGET_PORTS)` };
+    }
+  }
+  return { ok: true, url: parsed };
 }
 
 /** Why a URL's hostname is not a public destination, or null when it is. */

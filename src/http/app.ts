@@ -7,25 +7,34 @@ import { AppError } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import type { Logger } from '../log.ts';
 import type { SigningSecretStore } from '../tenants/signing-secrets.ts';
-import { requireAdmin, requireTenant } from './auth.ts';
+import { readTraceContext, traceIdOf } from '../tracing/trace-context.ts';
+import { requireAdmin, requireCaller, requireTenant, usableAdminToken } from './auth.ts';
 import type { AppEnv } from './context.ts';
 import { onError } from './errors.ts';
 import { refuseHostileJson } from './hostile-json.ts';
 import { validationHook } from './validation.ts';
+import { createKeyCache, type KeyCache } from '../tenants/key-cache.ts';
+import { createKicker, type Kicker } from '../sweep/kick.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
+import { registerMetricsRoute } from './routes/metrics.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
 import { registerReplayRoutes } from './routes/replay.ts';
 import { registerScheduleRoutes } from './routes/schedules.ts';
 import { registerSigningSecretRoutes } from './routes/signing-secret.ts';
+import { registerStatsRoutes } from './routes/stats.ts';
 import { registerTaskRoutes } from './routes/tasks.ts';
 import { registerTriggerRoutes } from './routes/trigger.ts';
 
 export interface AppDeps {
   config: Config;
   registry: Registry;
-  /** The admin token secret; empty disables admin access. */
+  /** The admin token secret; empty, or shorter than 32 characters, disables admin access. */
   adminToken: string;
   log: Logger;
+  /** Checked tenant keys, per isolate; built from config.keyCacheMs when absent. */
+  keyCache?: KeyCache;
+  /** The dispatch kick after enqueues, per isolate; built from config.kickIntervalMs when absent. */
+  kicker?: Kicker;
   /** The tenants' webhook signing secrets (GET /v1/signing-secret). */
   signingSecrets: SigningSecretStore;
 }
@@ -36,14 +45,23 @@ export type App = OpenAPIHono<AppEnv>;
 export const MAX_BODY_BYTES = 1024 * 1024;
 export const MAX_BATCH_BODY_BYTES = 10 * 1024 * 1024;
 
-export function createApp(deps: AppDeps): App {
+export function createApp(appDeps: AppDeps): App {
+  // Per isolate (the app is built once per isolate): the key cache and the kicker.
+  const deps: AppDeps = {
+    ...appDeps,
+    keyCache: appDeps.keyCache ?? createKeyCache({ ttlMs: appDeps.config.keyCacheMs }),
+    kicker: appDeps.kicker ?? createKicker({ intervalMs: appDeps.config.kickIntervalMs }),
+  };
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
   app.use('*', async (c, next) => {
     const incoming = c.req.header('x-request-id');
     const requestId = incoming && /^[\w.:-]{1,128}$/.test(incoming) ? incoming : crypto.randomUUID();
     c.set('requestId', requestId);
-    c.set('log', deps.log.child({ requestId }));
+    // W3C trace context: kept with enqueued tasks; every log line of the request carries its trace id.
+    const trace = readTraceContext(c.req.header('traceparent'), c.req.header('tracestate'));
+    c.set('trace', trace);
+    c.set('log', deps.log.child(trace ? { requestId, traceId: traceIdOf(trace.traceparent) } : { requestId }));
     await next();
     c.header('x-request-id', requestId);
   });
@@ -54,7 +72,7 @@ export function createApp(deps: AppDeps): App {
 
   app.get('/healthz', async (c) => {
     await c.env.db.query('select 1');
-    return c.json({ ok: true });
+    return c.json({ ok: true, transport: c.env.db.transport ?? 'neon' });
   });
 
   // Bodies past the cap are refused with 413 before they are parsed.
@@ -68,10 +86,16 @@ export function createApp(deps: AppDeps): App {
   const batchLimit = limited(MAX_BATCH_BODY_BYTES);
   const bodyLimitDefault = limited(MAX_BODY_BYTES);
   app.use('/v1/*', (c, next) => (c.req.path === '/v1/tasks/batch' ? batchLimit(c, next) : bodyLimitDefault(c, next)));
-  const tenant = requireTenant(deps.adminToken);
-  const tenantPaths = ['/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues', '/v1/signing-secret', '/v1/signing-secret/*'];
+  const adminToken = usableAdminToken(deps.adminToken, deps.log);
+  const keyCache = deps.keyCache!;
+  const tenant = requireTenant(adminToken, keyCache);
+  const tenantPaths = [
+    '/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues',
+    '/v1/signing-secret', '/v1/signing-secret/*', '/v1/stats/*',
+  ];
   for (const path of tenantPaths) app.use(path, tenant);
-  app.use('/v1/admin/*', requireAdmin(deps.adminToken));
+  app.use('/metrics', requireCaller(adminToken, keyCache));
+  app.use('/v1/admin/*', requireAdmin(adminToken));
   // After authentication (a 401 first), before validation and every statement.
   app.use('/v1/*', refuseHostileJson());
   registerTaskRoutes(app, deps);
@@ -80,7 +104,9 @@ export function createApp(deps: AppDeps): App {
   registerTriggerRoutes(app, deps);
   registerQueueRoutes(app);
   registerSigningSecretRoutes(app, deps);
-  registerAdminRoutes(app, deps);
+  registerAdminRoutes(app, deps, keyCache);
+  registerStatsRoutes(app);
+  registerMetricsRoute(app, deps);
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', {
     type: 'http',

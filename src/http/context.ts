@@ -5,6 +5,7 @@
 import type { Db } from '../db/seam.ts';
 import type { Logger } from '../log.ts';
 import type { TaskSender } from '../sweep/sweep.ts';
+import type { TraceContext } from '../tracing/trace-context.ts';
 
 export interface Invocation {
   db: Db;
@@ -22,5 +23,9 @@ export interface AppEnv {
     log: Logger;
     /** The tenant every tenant-facing query is scoped by. */
     tenant: string;
+    /** Set by requireCaller (GET /metrics): the admin sees every tenant, a key its own. */
+    caller: { admin: true; tenant: null } | { admin: false; tenant: string };
+    /** The request's W3C trace context (traceparent, tracestate), when it carried a valid one. */
+    trace: TraceContext | null;
   };
 }

@@ -43,6 +43,7 @@
 // costs ~15 µs a step.
 import { CronExpressionParser, type CronExpression } from 'cron-parser';
 import { IANAZone } from 'luxon';
+import { createLru } from '../cache.ts';
 import { invalid, type ErrorDetail } from '../errors.ts';
 
 export type RecurrenceUnit = 'minutes' | 'hours' | 'days' | 'weeks' | 'months';
@@ -252,9 +253,10 @@ interface CompiledCron {
 
 // Parsing costs far more than walking a one-day window, and the materializer
 // asks about the same few expressions for thousands of schedules per tick.
-// Errors are cached too (as their message). Bounded, oldest out first.
-const CRON_CACHE_SIZE = 10_000;
-const cronCache = new Map<string, CompiledCron | string>();
+// Errors are cached too (as their message). Keyed by user input, so bounded:
+// least recently used out first.
+const CRON_CACHE_SIZE = 2_000;
+const cronCache = createLru<string, CompiledCron | string>(CRON_CACHE_SIZE);
 /** Any fixed instant: a cron that cannot fire after it within cron-parser's loop limit never fires. */
 const CRON_PROBE_FROM = new Date(Date.UTC(2000, 0, 1));
 /** The Gregorian calendar repeats every 400 years: a walk that finds nothing in as long never will. */
@@ -265,7 +267,6 @@ function compileCron(expression: string): CompiledCron | string {
   const cached = cronCache.get(expression);
   if (cached !== undefined) return cached;
   const compiled = parseCron(expression);
-  if (cronCache.size >= CRON_CACHE_SIZE) cronCache.delete(cronCache.keys().next().value!);
   cronCache.set(expression, compiled);
   return compiled;
 }
@@ -368,7 +369,14 @@ interface Zone {
   shiftNear(t: number): number;
 }
 
-const zones = new Map<string, Zone>();
+// Zones are cached by canonical name only (a few hundred exist), each spelling
+// a user sends maps to one in a small cache of its own: 3,000 spellings of
+// Europe/Paris are one zone, not 3,000 (luxon's own caches are keyed by the
+// name it is given, so it only ever sees canonical names too).
+const ZONE_CACHE_SIZE = 128;
+const SPELLING_CACHE_SIZE = 512;
+const zones = createLru<string, Zone>(ZONE_CACHE_SIZE);
+const spellings = createLru<string, string | null>(SPELLING_CACHE_SIZE);
 // Offsets are cached per hour: Intl costs ~5 µs a call, and a tick asks for
 // the same few hours across thousands of schedules. An hour whose two ends
 // agree has one offset throughout (no zone changes offset twice in an hour).
@@ -380,13 +388,43 @@ function checkZone(timezone: unknown): ErrorDetail[] {
   return zoneFor(timezone) ? [] : [{ path: 'timezone', message: `unknown time zone "${timezone}"` }];
 }
 
-/** The zone, or undefined for a name Intl does not know. Only valid zones are cached. */
-function zoneFor(name: string): Zone | undefined {
+/**
+ * The canonical spelling of an IANA zone name (`eUrOpE/pArIs` is
+ * `Europe/Paris`), or undefined when it is not one: Intl's resolved name.
+ * Schedules store this. Recent V8 (workerd) only normalizes the case; the
+ * older ICU of Node 22 also replaces a few links by their target
+ * (`Asia/Kolkata` by `Asia/Calcutta`, `Etc/UTC` by `UTC`): the same zone.
+ */
+export function canonicalZoneName(name: string): string | undefined {
+  let canonical = spellings.get(name);
+  if (canonical === undefined) {
+    canonical = null;
+    // Intl (Node 22, recent workerd) also takes offsets such as "+05:00";
+    // they are not zone names and would freeze a schedule outside DST.
+    if (/^[A-Za-z]/.test(name) && name.length <= 64) {
+      try {
+        canonical = new Intl.DateTimeFormat('en-US', { timeZone: name }).resolvedOptions().timeZone;
+      } catch {
+        canonical = null;
+      }
+    }
+    spellings.set(name, canonical);
+  }
+  return canonical ?? undefined;
+}
+
+/** How many entries each cache keyed by user input holds (tests check the bounds). */
+export function recurrenceCacheSizes(): { crons: number; zones: number; spellings: number } {
+  return { crons: cronCache.size, zones: zones.size, spellings: spellings.size };
+}
+
+/** The zone, or undefined for a name Intl does not know. Only valid zones are cached, by canonical name. */
+function zoneFor(spelling: string): Zone | undefined {
+  const name = canonicalZoneName(spelling);
+  if (!name) return undefined;
   const cached = zones.get(name);
   if (cached) return cached;
-  // Intl (Node 22, recent workerd) also takes offsets such as "+05:00";
-  // they are not zone names and would freeze a schedule outside DST.
-  if (!/^[A-Za-z]/.test(name) || !IANAZone.isValidZone(name)) return undefined;
+  if (!IANAZone.isValidZone(name)) return undefined;
   const iana = IANAZone.create(name);
   const byHour = new Map<number, number>();
   const offset = (time: number): number => {

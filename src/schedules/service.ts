@@ -18,7 +18,7 @@ import { resolveTaskOptions, type TaskOptionsInput } from '../tasks/options.ts';
 import { checkScheduleQuotas } from '../tenants/quotas.ts';
 import type { MisfirePolicy, OverlapPolicy, Schedule } from './model.ts';
 import { specOf } from './model.ts';
-import { nextFireTime, validateSpec, type RecurrenceUnit } from './recurrence.ts';
+import { canonicalZoneName, nextFireTime, validateSpec, type RecurrenceUnit } from './recurrence.ts';
 
 export interface ScheduleInput extends TaskOptionsInput {
   cron?: string;
@@ -76,7 +76,8 @@ export async function putSchedule(
   }
   const { options, problems } = resolveTaskOptions(input, config);
   details.push(...problems);
-  const timezone = input.timezone ?? 'UTC';
+  // Stored canonical (`eUrOpE/pArIs` as `Europe/Paris`); an unknown name is kept for validation to name.
+  const timezone = input.timezone === undefined ? 'UTC' : (canonicalZoneName(input.timezone) ?? input.timezone);
   // The anchor is settled below (it may depend on the stored schedule); any valid instant checks the rest.
   const probe = {
     kind,

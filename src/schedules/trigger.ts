@@ -23,7 +23,12 @@ import { nextFireTime } from './recurrence.ts';
 
 /** Candidate milliseconds offered to one insert. */
 const SLOTS_PER_TRY = 8;
-const MAX_TRIES = 4;
+/**
+ * Concurrent triggers of one schedule read the same free slot; each round at
+ * least one of them wins it (every try is a fresh statement), so N racers
+ * need up to N rounds.
+ */
+const MAX_TRIES = 16;
 
 /** The first `count` milliseconds from `from` that are not fire times of the schedule. */
 export function triggerSlots(s: Schedule, from: Date, count: number): Date[] {

@@ -4,6 +4,7 @@
 // sweep stops starting new batches when its budget is spent, so a cut-off
 // invocation leaves only work the next sweep finishes. Any number of sweeps
 // may run at once.
+import { traceIdOf } from '../tracing/trace-context.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
 import {
@@ -55,7 +56,7 @@ export interface DispatchCounts {
   dispatched: number;
   /** Claims given back because the send failed. */
   released: number;
-  /** Always 0 since the dispatch mark is one row per batch (migration 0015): it has no fence to lose. */
+  /** Claimed tasks no longer held under their claim when the dispatch mark was written (reported, nothing applied). */
   lost: number;
 }
 
@@ -93,18 +94,20 @@ const MARK_REAPER_MARGIN_SECONDS = 3600;
 
 /** Claims one batch of a queue, sends it (in chunks the Queue accepts), marks it dispatched. */
 async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts> {
-  const { db, config, log } = deps;
-  const faults = deps.faults ?? noFaults;
-  // One token per claimed batch: its tasks carry it and its dispatch mark names it.
-  const claimToken = crypto.randomUUID();
-  const claimed: ClaimedTask[] = await claimTasks(db, {
+  const claimed: ClaimedTask[] = await claimTasks(deps.db, {
     now,
     queue,
-    limit: config.sweepBatchSize,
+    limit: deps.config.sweepBatchSize,
     claimedBy: deps.workerId,
-    leaseSeconds: config.claimLeaseSeconds,
-    claimToken,
+    leaseSeconds: deps.config.claimLeaseSeconds,
   });
+  return sendClaimed(deps, queue, claimed, now);
+}
+
+/** Sends claimed tasks to the Queue and marks them dispatched; on a failed send, gives the claims back. */
+export async function sendClaimed(deps: SweepDeps, queue: string, claimed: ClaimedTask[], now?: Date): Promise<DispatchCounts> {
+  const { db, config, log } = deps;
+  const faults = deps.faults ?? noFaults;
   const counts: DispatchCounts = { claimed: claimed.length, dispatched: 0, released: 0, lost: 0 };
   if (claimed.length === 0) return counts;
   await faults('sweep.after_claim', { queue, ids: claimed.map((c) => c.id) });
@@ -129,8 +132,16 @@ async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promis
   }
   await faults('sweep.after_send', { queue, ids: claimed.map((c) => c.id) });
 
-  await markDispatched(db, { now, claimToken });
-  counts.dispatched = claimed.length;
+  // One row per claimed batch, named by the token its tasks carry (one token per claim statement).
+  const lost = await markDispatched(db, { now, claimTokens: [...new Set(claimed.map((c) => c.claimToken))], tasks: claimed });
+  reportLostFences(log, 'dispatch', lost);
+  // Traced tasks (W3C trace context from their enqueue) get a line each, carrying the trace id.
+  const lostIds = new Set(lost.map((l) => l.id));
+  for (const c of claimed) {
+    if (c.traceparent && !lostIds.has(c.id)) log.info('task dispatched', { queue, taskId: c.id, traceId: traceIdOf(c.traceparent), delayMs: c.delayMs });
+  }
+  counts.lost = lost.length;
+  counts.dispatched = claimed.length - lost.length;
   return counts;
 }
 

@@ -4,6 +4,7 @@ import type { Db } from '../db/seam.ts';
 import { findSpentKeys, insertTasks, type NewTask, type SpentKey } from '../db/sql/tasks.ts';
 import { AppError, invalid, type ErrorDetail } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
+import type { TraceContext } from '../tracing/trace-context.ts';
 import type { Task } from './model.ts';
 import { resolveTaskOptions, type TaskOptions, type TaskOptionsInput } from './options.ts';
 
@@ -59,7 +60,7 @@ export async function enqueueTasks(
   deps: EnqueueDeps,
   tenant: string,
   inputs: readonly TaskInput[],
-  options: { now?: Date; pathOf?: (index: number) => string } = {},
+  options: { now?: Date; pathOf?: (index: number) => string; trace?: TraceContext | null } = {},
 ): Promise<EnqueueResult[]> {
   const pathOf = options.pathOf ?? ((i: number) => (inputs.length === 1 ? '' : `tasks.${i}`));
   const details: ErrorDetail[] = [];
@@ -93,7 +94,7 @@ export async function enqueueTasks(
 
   for (let run = 1; ; run++) {
     try {
-      return await writeBatch(deps, tenant, rows, options.now);
+      return await writeBatch(deps, tenant, rows, options.now, options.trace ?? null);
     } catch (error) {
       if (error instanceof AppError && error.code === 'conflict' && error.subject !== undefined) {
         // A key held by another task type or queue: name the item that reused it.
@@ -109,13 +110,20 @@ export async function enqueueTasks(
   }
 }
 
-async function writeBatch(deps: EnqueueDeps, tenant: string, rows: NewTask[], now?: Date): Promise<EnqueueResult[]> {
+async function writeBatch(
+  deps: EnqueueDeps,
+  tenant: string,
+  rows: NewTask[],
+  now: Date | undefined,
+  trace: TraceContext | null,
+): Promise<EnqueueResult[]> {
   const written = await insertTasks(deps.db, {
     now,
     tenant,
     lookaheadSeconds: deps.config.lookaheadSeconds,
     tasks: rows,
     maxPendingTasks: deps.config.quotaMaxPendingTasks,
+    trace,
   });
   const missingKeys = rows.flatMap((r, i) => (written[i] === null ? [r.idempotencyKey!] : []));
   const spent = new Map(

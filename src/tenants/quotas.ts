@@ -28,15 +28,22 @@ export function effectiveQuotas(stored: StoredQuotas | null, config: Config): Qu
   };
 }
 
-/** Fire times sampled for the shortest gap of a cron or calendar schedule. */
+/**
+ * Fire times sampled for the shortest gap of a cron or calendar schedule: at
+ * most 1,000, within the next 800 days (two of every yearly pattern and
+ * every DST change). On 2 heavily loaded cores a weekly cron took ~48 ms for
+ * 1,000 fires (19 years) and ~8-18 ms within this window.
+ */
 const GAP_SAMPLE = 1000;
+const GAP_WINDOW_MS = 800 * 86_400_000;
 
 /**
  * The shortest time, in seconds, between two fires of a schedule: exact for
  * intervals and minute/hour recurrences; for cron and day/week/month
  * recurrences, the shortest gap among the next 1,000 fire times from `now`
- * (a cron firing every second gives 1; a daily time across a DST change
- * gives 23 h). Null for a one-shot.
+ * within 800 days (a cron firing every second gives 1; a daily time across a
+ * DST change gives 23 h). Null for a one-shot, or a schedule firing at most
+ * once in that window.
  */
 export function shortestGapSeconds(spec: ScheduleSpec, now: Date): number | null {
   switch (spec.kind) {
@@ -51,7 +58,7 @@ export function shortestGapSeconds(spec: ScheduleSpec, now: Date): number | null
     case 'cron':
       break;
   }
-  const times = fireTimesBetween(spec, new Date(now.getTime() - 1), new Date(8.64e15), GAP_SAMPLE);
+  const times = fireTimesBetween(spec, new Date(now.getTime() - 1), new Date(now.getTime() + GAP_WINDOW_MS), GAP_SAMPLE);
   let shortest: number | null = null;
   for (let i = 1; i < times.length; i++) {
     const gap = (times[i]!.getTime() - times[i - 1]!.getTime()) / 1000;

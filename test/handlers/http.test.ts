@@ -15,7 +15,7 @@ import {
   type TaskContext,
   type TaskHandler,
 } from '../../src/handlers/registry.ts';
-import { verifyWebhook } from '../../src/handlers/signing.ts';
+import { verifyWebhook } from '../../packages/client/src/webhooks.ts';
 import { silentLogger } from '../../src/log.ts';
 
 const SECRET = `whsec_${btoa('edge-scheduler test signing key!')}`;
@@ -329,6 +329,20 @@ describe('failed deliveries', () => {
 
 describe('payload checks', () => {
   const guarded = () => createHttpTask({ allowPrivateTargets: false });
+
+  it('refuses caller-set client-address and proxy headers, naming each', () => {
+    const handler = guarded();
+    const forged = ['Forwarded', 'X-Forwarded-For', 'x-forwarded-host', 'X-Real-IP', 'True-Client-IP', 'CF-Connecting-IP', 'cf-ipcountry'];
+    const parsed = handler.payload.safeParse({ url: 'https://example.com/', headers: Object.fromEntries(forged.map((h) => [h, '1.2.3.4'])) });
+    expect(parsed.success).toBe(false);
+    expect(parsed.error!.issues.map((i) => i.path.join('.'))).toEqual(forged.map((h) => `headers.${h}`));
+    expect(handler.payload.safeParse({ url: 'https://example.com/', headers: { 'X-Forwarding-Note': 'ok', 'X-Request-Id': 'a' } }).success).toBe(true);
+  });
+
+  it('refuses a port other than 80, 443 and the configured ones at enqueue time', () => {
+    expect(guarded().payload.safeParse({ url: 'https://example.com:8443/' }).success).toBe(false);
+    expect(createHttpTask({ allowPrivateTargets: false, allowedPorts: [8443] }).payload.safeParse({ url: 'https://example.com:8443/' }).success).toBe(true);
+  });
 
   it('refuses a hostile URL at enqueue time, naming payload.url', () => {
     const handler = guarded();

@@ -9,7 +9,7 @@ import {
   verifyWebhook,
   WebhookVerificationError,
   type WebhookHeaders,
-} from '../../src/handlers/signing.ts';
+} from '../../packages/client/src/webhooks.ts';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const OTHER_SECRET = `whsec_${btoa('a different key of 32 bytes!!!!')}`;

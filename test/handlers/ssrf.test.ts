@@ -3,6 +3,7 @@
 // rules holding either way, and ordinary public URLs accepted.
 import { describe, expect, it } from 'vitest';
 import { checkTarget } from '../../src/handlers/ssrf.ts';
+import { readConfig } from '../../src/config.ts';
 
 /** Hosts that are fine for local development, refused in production. */
 const PRIVATE: readonly (readonly [url: string, because: RegExp])[] = [
@@ -156,7 +157,7 @@ describe('checkTarget with the guard on', () => {
   });
 
   it.each(PUBLIC)('accepts %s', (url) => {
-    const result = checkTarget(url, { allowPrivate: false });
+    const result = checkTarget(url, { allowPrivate: false, allowedPorts: [444, 8443] });
     expect(result).toMatchObject({ ok: true });
     if (result.ok) expect(result.url.href).toBe(new URL(url).href);
   });
@@ -176,6 +177,33 @@ describe('checkTarget with private targets allowed', () => {
 
   it.each(PUBLIC)('accepts %s', (url) => {
     expect(checkTarget(url, { allowPrivate: true }).ok).toBe(true);
+  });
+});
+
+describe('ports', () => {
+  it('allows 80 and 443 (explicit or by default) and the configured list; refuses the rest', () => {
+    for (const url of ['http://example.com/', 'https://example.com/', 'http://example.com:80/', 'https://example.com:443/', 'https://example.com:80/', 'http://example.com:443/']) {
+      expect(checkTarget(url, { allowPrivate: false }).ok, url).toBe(true);
+    }
+    for (const url of ['https://example.com:8443/', 'http://1.1.1.1:22/', 'http://example.com:6379/', 'http://example.com:0/', 'http://[2606:4700:4700::1111]:25/']) {
+      const result = checkTarget(url, { allowPrivate: false });
+      expect(result.ok, url).toBe(false);
+      expect(!result.ok && result.reason, url).toMatch(/^port \d+ is not allowed/);
+    }
+    expect(checkTarget('https://example.com:8443/', { allowPrivate: false, allowedPorts: [8443] }).ok).toBe(true);
+    expect(checkTarget('https://example.com:8444/', { allowPrivate: false, allowedPorts: [8443] }).ok).toBe(false);
+  });
+
+  it('allows any port with private targets allowed (local development)', () => {
+    expect(checkTarget('http://127.0.0.1:54321/hook', { allowPrivate: true }).ok).toBe(true);
+    expect(checkTarget('https://example.com:8443/', { allowPrivate: true }).ok).toBe(true);
+  });
+
+  it('reads ALLOWED_TARGET_PORTS as a comma-separated list', () => {
+    expect(readConfig({}).allowedTargetPorts).toEqual([]);
+    expect(readConfig({ ALLOWED_TARGET_PORTS: '8443, 8080' }).allowedTargetPorts).toEqual([8443, 8080]);
+    expect(() => readConfig({ ALLOWED_TARGET_PORTS: '70000' })).toThrow(/ALLOWED_TARGET_PORTS/);
+    expect(() => readConfig({ ALLOWED_TARGET_PORTS: 'ssh' })).toThrow(/ALLOWED_TARGET_PORTS/);
   });
 });
 

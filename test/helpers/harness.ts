@@ -8,7 +8,7 @@ import type { Faults } from '../../src/faults.ts';
 import { taskTypes } from '../../functions/tasks.ts';
 import { z } from 'zod';
 import { createRegistry, defineTask, type TaskHandler } from '../../src/handlers/registry.ts';
-import { createLogger, type Logger } from '../../src/log.ts';
+import { createLogger, type Logger, type LogLevel } from '../../src/log.ts';
 import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
 import { sweepOnce, type SweepCounts, type TaskMessage, type TaskSender } from '../../src/sweep/sweep.ts';
 import { enqueueTasks, type EnqueueResult, type TaskInput } from '../../src/tasks/enqueue.ts';
@@ -41,9 +41,9 @@ export interface LogLine {
   [k: string]: unknown;
 }
 
-export function captureLogs(): { log: Logger; lines: LogLine[] } {
+export function captureLogs(level: LogLevel = 'debug'): { log: Logger; lines: LogLine[] } {
   const lines: LogLine[] = [];
-  return { lines, log: createLogger({ level: 'debug', sink: (_l, line) => lines.push(JSON.parse(line) as LogLine) }) };
+  return { lines, log: createLogger({ level, sink: (_l, line) => lines.push(JSON.parse(line) as LogLine) }) };
 }
 
 export interface Harness {
@@ -73,11 +73,12 @@ export function createHarness(
   db: Db,
   options: { config?: Partial<Config>; handlers?: TaskHandler<never>[] } = {},
 ): Harness {
-  const config: Config = { ...defaultConfig, ...options.config };
+  // Tests log at warn, as the workerd tests' LOG_LEVEL binding says.
+  const config: Config = { ...defaultConfig, logLevel: 'warn', ...options.config };
   const registry = createRegistry([...taskTypes({ config }), ...(options.handlers ?? [])]);
   const outbox = createOutbox();
   const signingSecrets = createSigningSecretStore(TEST_SIGNING_SECRET);
-  const { log, lines } = captureLogs();
+  const { log, lines } = captureLogs(config.logLevel);
   let sweeps = 0;
   const h: Harness = {
     db,

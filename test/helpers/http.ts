@@ -6,10 +6,13 @@ import { taskTypes } from '../../functions/tasks.ts';
 import { createRegistry, type TaskHandler } from '../../src/handlers/registry.ts';
 import { createApp } from '../../src/http/app.ts';
 import { silentLogger } from '../../src/log.ts';
+import type { KeyCache } from '../../src/tenants/key-cache.ts';
+import type { Kicker } from '../../src/sweep/kick.ts';
 import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
 import { createOutbox, TEST_SIGNING_SECRET } from './harness.ts';
 
-export const ADMIN_TOKEN = 'node-test-admin-token';
+/** At least 32 characters: a shorter ADMIN_TOKEN counts as unset. */
+export const ADMIN_TOKEN = 'node-test-admin-token-of-at-least-32-characters';
 
 export interface Reply {
   status: number;
@@ -17,13 +20,18 @@ export interface Reply {
   headers: Headers;
 }
 
-export function createTestApi(db: Db, options: { config?: Partial<Config>; handlers?: TaskHandler<never>[] } = {}) {
+export function createTestApi(
+  db: Db,
+  options: { config?: Partial<Config>; handlers?: TaskHandler<never>[]; keyCache?: KeyCache; kicker?: Kicker } = {},
+) {
   const config: Config = { ...defaultConfig, ...options.config };
   const app = createApp({
     config,
     registry: createRegistry([...taskTypes({ config }), ...(options.handlers ?? [])]),
     log: silentLogger,
     adminToken: ADMIN_TOKEN,
+    keyCache: options.keyCache,
+    kicker: options.kicker,
     signingSecrets: createSigningSecretStore(TEST_SIGNING_SECRET),
   });
   const outbox = createOutbox();

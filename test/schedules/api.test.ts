@@ -3,6 +3,9 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { T0, useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createHarness } from '../helpers/harness.ts';
 import { createTestApi } from '../helpers/http.ts';
+import { latch } from '../helpers/faults.ts';
+import { defineTask } from '../../src/handlers/registry.ts';
+import { z } from 'zod';
 
 const t = useTestDatabase();
 let api: ReturnType<typeof createTestApi>;
@@ -124,6 +127,33 @@ describe('reading and managing schedules', () => {
     expect(r2.body.nextCursor).toBeNull();
     const done = await api.admin('GET', '/v1/schedules/tick/runs?status=succeeded', as('acme'));
     expect(done.body.tasks.length).toBeGreaterThanOrEqual(5);
+  });
+
+  it('deleting a schedule leaves its running occurrence to finish', async () => {
+    const running = latch();
+    const release = latch();
+    const hold = defineTask('hold', z.object({}).default({}), async () => {
+      running.open();
+      await release.wait;
+    });
+    api = createTestApi(t.db, { handlers: [hold] });
+    api.setNow(T0);
+    await api.admin('PUT', '/v1/schedules/long', { ...as('acme'), body: { task: 'hold', interval: 60 } });
+    const h = createHarness(t.db, { handlers: [hold] });
+    await h.sweep({ now: new Date(T0.getTime() + 60_000) });
+    // 12:01 runs; 12:02 was claimed early by the look-ahead and has not started.
+    const [first, second] = h.outbox.take();
+    const consumed = h.consume([first!.body], { now: new Date(T0.getTime() + 60_000) });
+    await running.wait;
+    expect((await api.admin('DELETE', '/v1/schedules/long', as('acme'))).status).toBe(200);
+    release.open();
+    expect((await consumed).results).toEqual([{ id: first!.body.id, outcome: 'succeeded', status: 'succeeded' }]);
+    expect((await h.consume([second!.body], { now: new Date(T0.getTime() + 120_000) })).results).toEqual([]);
+    const rows = await t.db.query<{ id: string; status: string }>('select id, status from tasks order by id');
+    expect(rows.map((r) => [String(r.id), r.status])).toEqual([
+      [first!.body.id, 'succeeded'],
+      [second!.body.id, 'cancelled'],
+    ]);
   });
 
   it('deleting a schedule cancels its occurrences that have not started', async () => {

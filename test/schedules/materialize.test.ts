@@ -154,6 +154,21 @@ describe('overlap policy', () => {
       ['2026-12-01T12:02:00.000Z', 'missed'],
     ]);
   });
+
+  it('skip: the next time is judged when it is due, not when the look-ahead first sees it', async () => {
+    await put('solo', { interval: 60, overlap: 'skip' });
+    await h.sweep({ now: at(60) }); // 12:01 fires and is handed to a consumer
+    const [m] = h.outbox.take();
+    // 12:01:30: the 12:01 run is still going, and 12:02 is already within the look-ahead.
+    expect((await h.sweep({ now: at(90) })).materialized).toEqual({ schedules: 0, fired: 0, missed: 0 });
+    expect((await h.consume([m!.body], { now: at(100) })).results).toEqual([{ id: m!.body.id, outcome: 'succeeded', status: 'succeeded' }]);
+    await h.sweep({ now: at(120) }); // 12:02: the previous run finished in time
+    const occ = await occurrences('solo');
+    expect(occ.map((o) => [o.scheduled_for.toISOString(), o.status])).toEqual([
+      ['2026-12-01T12:01:00.000Z', 'succeeded'],
+      ['2026-12-01T12:02:00.000Z', 'running'],
+    ]);
+  });
 });
 
 describe('scale', () => {

@@ -10,6 +10,7 @@ import { loadMigrations } from '../../scripts/migrations.ts';
 import { startEmbeddedPostgres, type RunningPostgres } from '../../scripts/postgres.ts';
 import { migrate } from '../../src/db/migrate.ts';
 import { startReceiver } from './receiver.ts';
+import { startHungServer } from '../helpers/hung-server.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -17,8 +18,12 @@ declare module 'vitest' {
     adminDatabaseUrl: string;
     /** The migrated template each test file clones. */
     templateDatabase: string;
-    /** The database the workerd tests share. */
+    /** The database the workerd tests share (Neon transport project). */
     workerDatabaseUrl: string;
+    /** The database of the workerd project that runs over Hyperdrive. */
+    hyperdriveDatabaseUrl: string;
+    /** `host:port` of a server that accepts connections and never answers (a hung database). */
+    hungAddress: string;
     wsProxy: string;
     /** Suffix of every database this run creates, so teardown finds them. */
     runId: string;
@@ -59,10 +64,15 @@ export default async function setup(project: TestProject) {
 
   const workerDb = `sched_worker_${runId}`;
   await admin.query(`create database ${workerDb} template ${template}`);
+  const hyperdriveDb = `sched_hyperdrive_${runId}`;
+  await admin.query(`create database ${hyperdriveDb} template ${template}`);
+  const hung = await startHungServer();
 
   project.provide('adminDatabaseUrl', serverUrl);
   project.provide('templateDatabase', template);
   project.provide('workerDatabaseUrl', databaseUrl(serverUrl, workerDb));
+  project.provide('hyperdriveDatabaseUrl', databaseUrl(serverUrl, hyperdriveDb));
+  project.provide('hungAddress', hung.address);
   project.provide('wsProxy', proxy.address);
   project.provide('runId', runId);
   const receiver = await startReceiver();
@@ -79,6 +89,7 @@ export default async function setup(project: TestProject) {
     }
     await admin.close();
     await receiver.close();
+    await hung.close();
     await closeLocalProxy();
     if (pg) await pg.stop();
     if (dataDir) await rm(dataDir, { recursive: true, force: true });

@@ -1,9 +1,11 @@
 // Overlapping sweeps (two cron ticks, a manual tick, the HTTP kick) must
 // split the work, never duplicate it: SKIP LOCKED and the fenced marks.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Db } from '../../src/db/seam.ts';
-import { useTestDatabase } from '../helpers/db.ts';
+import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
+import { latch } from '../helpers/faults.ts';
 import { createHarness } from '../helpers/harness.ts';
+import { createTestApi } from '../helpers/http.ts';
 
 const t = useTestDatabase();
 let other: Db;
@@ -80,5 +82,112 @@ describe('concurrent sweeps', () => {
        where t.tenant = 'interleaved' and e.to_status = 'succeeded'`);
     expect(starts[0]!.n).toBe(n);
     await consumers.close();
+  });
+});
+
+// A sweep that finds another sweep's rows locked takes other rows at once:
+// every batch lock is SKIP LOCKED. The second sweep's sessions run with a
+// short lock_timeout, so waiting on the held rows fails the test instead of
+// hanging it.
+describe('a second sweep that finds the first one’s rows locked', () => {
+  let second: Db;
+  beforeAll(async () => {
+    await t.db.query(`alter database ${t.name} set lock_timeout = '3s'`);
+    second = await t.open({ maxConnections: 2 }); // new sessions: they take the setting
+  });
+  beforeEach(async () => {
+    await resetTables(t.db);
+  });
+
+  /** Locks the rows `select` returns in a transaction of `other` until the returned release() is called. */
+  async function holdLocked(select: string): Promise<{ ids: string[]; release(): Promise<void> }> {
+    const locked = latch();
+    const done = latch();
+    let ids: string[] = [];
+    const tx = other.transaction(async (q) => {
+      ids = (await q.query<{ id: string }>(select)).map((r) => String(r.id));
+      locked.open();
+      await done.wait;
+    });
+    await locked.wait;
+    return {
+      ids,
+      async release() {
+        done.open();
+        await tx;
+      },
+    };
+  }
+
+  it('claim: moves on to the runnable tasks nobody holds', async () => {
+    const a = createHarness(t.db);
+    await a.enqueue(Array.from({ length: 10 }, () => ({ task: 'noop' })), { now: T0 });
+    const held = await holdLocked(`select id from tasks where status = 'queued' order by vtime, id limit 4 for update`);
+    try {
+      const counts = await createHarness(second).sweep({ now: T0 });
+      expect(counts).toMatchObject({ claimed: 6, dispatched: 6 });
+      const rows = await t.db.query<{ id: string; status: string }>(`select id, status from tasks where status = 'queued' order by id`);
+      expect(rows.map((r) => String(r.id))).toEqual(held.ids);
+    } finally {
+      await held.release();
+    }
+  });
+
+  it('promote: moves on to the due tasks nobody holds', async () => {
+    const a = createHarness(t.db);
+    await a.enqueue(Array.from({ length: 10 }, () => ({ task: 'noop', delay: 3600 })), { now: T0 });
+    const held = await holdLocked(`select id from tasks where status = 'scheduled' order by run_at, id limit 4 for update`);
+    try {
+      const counts = await createHarness(second).sweep({ now: at(3600) });
+      expect(counts).toMatchObject({ promoted: 6, claimed: 6 });
+    } finally {
+      await held.release();
+    }
+  });
+
+  it('reap: moves on to the expired leases nobody holds', async () => {
+    const a = createHarness(t.db);
+    await a.enqueue(Array.from({ length: 10 }, () => ({ task: 'noop' })), { now: T0 });
+    await a.sweep({ now: T0 }); // sent, never reported
+    const held = await holdLocked(`select id from tasks where status = 'running' order by id limit 4 for update`);
+    try {
+      const counts = await createHarness(second, { config: { lookaheadSeconds: 0 } }).sweep({ now: at(3600) });
+      expect(counts.reaped).toEqual({ requeued: 0, retried: 6, dead: 0 });
+      const running = await t.db.query<{ id: string }>(`select id from tasks where status = 'running' and lease_epoch = 1 order by id`);
+      expect(running.map((r) => String(r.id))).toEqual(held.ids);
+    } finally {
+      await held.release();
+    }
+  });
+
+  it('purge: moves on to the finished tasks nobody holds', async () => {
+    const a = createHarness(t.db);
+    await a.enqueue(Array.from({ length: 10 }, () => ({ task: 'noop' })), { now: T0 });
+    await a.drain({ now: T0 });
+    const held = await holdLocked(`select id from tasks where status = 'succeeded' order by id limit 4 for update`);
+    try {
+      const counts = await createHarness(second).sweep({ now: at(30 * 86_400) });
+      expect(counts.purged).toBe(6);
+    } finally {
+      await held.release();
+    }
+    const left = await t.db.query<{ id: string }>(`select id from tasks order by id`);
+    expect(left.map((r) => String(r.id))).toEqual(held.ids);
+  });
+
+  it('schedule lock: moves on to the due schedules nobody holds', async () => {
+    const api = createTestApi(t.db);
+    api.setNow(T0);
+    for (let i = 0; i < 6; i++) {
+      const r = await api.admin('PUT', `/v1/schedules/s${i}`, { tenant: 'acme', body: { task: 'noop', at: at(600).toISOString() } });
+      expect(r.status).toBe(201);
+    }
+    const held = await holdLocked(`select id from schedules order by id limit 2 for update`);
+    try {
+      const counts = await createHarness(second).sweep({ now: at(600) });
+      expect(counts.materialized).toMatchObject({ schedules: 4, fired: 4 });
+    } finally {
+      await held.release();
+    }
   });
 });

@@ -45,14 +45,19 @@ describe('enqueue → sweep → consume', () => {
     const now = new Date('2026-12-01T12:00:00.000Z');
     const [r] = await h.enqueue({ task: 'noop', runAt: new Date('2026-12-01T12:05:37.250Z') }, { now });
     expect(r!.task!.status).toBe('scheduled');
+    // A task due now in the same queue: the sweep claims it, and only it.
+    const [due] = await h.enqueue({ task: 'noop' }, { now });
 
-    expect((await h.sweep({ now })).claimed).toBe(0);
-    expect(h.outbox.take()).toEqual([]);
+    expect((await h.sweep({ now })).claimed).toBe(1);
+    expect(h.outbox.take().map((m) => m.body.id)).toEqual([due!.task!.id]);
+    expect(await getTask(t.db, 'acme', r!.task!.id)).toMatchObject({ status: 'scheduled', attempts: 0 });
 
+    // Five minutes on: the future task is within the look-ahead; the due one is still in flight, untouched.
     const later = new Date('2026-12-01T12:05:00.000Z');
     const counts = await h.sweep({ now: later });
     expect(counts.promoted).toBe(1);
     expect(counts.claimed).toBe(1);
+    expect(await getTask(t.db, 'acme', due!.task!.id)).toMatchObject({ status: 'running', leaseEpoch: 1 });
     const [m] = h.outbox.take();
     // 37.25 s ahead: rounded down to whole seconds, less the Queue's 1 s batch
     // timeout; the consumer waits out the rest.

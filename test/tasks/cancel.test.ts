@@ -5,6 +5,10 @@ import { getTask } from '../../src/db/sql/tasks.ts';
 import { cancelTask } from '../../src/tasks/cancel.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
+import { latch } from '../helpers/faults.ts';
+import { createTestApi } from '../helpers/http.ts';
+import { defineTask } from '../../src/handlers/registry.ts';
+import { z } from 'zod';
 
 const t = useTestDatabase();
 let h: Harness;
@@ -49,6 +53,92 @@ describe('cancel', () => {
       message: 'the task is already succeeded',
     });
     expect(await getTask(t.db, 'acme', r!.task!.id)).toMatchObject({ status: 'succeeded' });
+  });
+
+  it('a cancel while the handler runs answers 409, and the handler result stands', async () => {
+    const running = latch();
+    const finish = latch();
+    const slow = defineTask('slow', z.object({}).default({}), async () => {
+      running.open();
+      await finish.wait;
+    });
+    h = createHarness(t.db, { handlers: [slow] });
+    const api = createTestApi(t.db);
+    const [r] = await h.enqueue({ task: 'slow', idempotencyKey: 'in-flight' }, { now: T0 });
+    const id = r!.task!.id;
+    await h.sweep({ now: T0 });
+    const consumed = h.consume(h.outbox.take().map((m) => m.body), { now: at(1) });
+    await running.wait;
+
+    for (const path of [`/v1/tasks/${id}`, '/v1/tasks/by-key/in-flight']) {
+      const res = await api.admin('DELETE', path, { tenant: 'acme' });
+      expect(res.status, path).toBe(409);
+      expect(res.body.error).toMatchObject({ code: 'conflict', message: 'the task has already started' });
+    }
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'running', finishedAt: null });
+
+    finish.open();
+    expect((await consumed).results).toEqual([{ id, outcome: 'succeeded', status: 'succeeded' }]);
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'succeeded', startedAt: at(1) });
+  });
+
+  it('a cancel between the send and the dispatched mark: the mark changes nothing, the consumer skips it', async () => {
+    const [r] = await h.enqueue({ task: 'noop' }, { now: T0 });
+    const id = r!.task!.id;
+    const sent = latch();
+    const resume = latch();
+    const sweep = h.sweep({
+      now: T0,
+      faults: async (point) => {
+        if (point === 'sweep.after_send') {
+          sent.open();
+          await resume.wait;
+        }
+      },
+    });
+    await sent.wait;
+    const cancelled = await cancelTask(t.db, 'acme', { id }, at(1));
+    expect(cancelled).toMatchObject({ status: 'cancelled', dispatchedAt: null });
+    resume.open();
+    expect(await sweep).toMatchObject({ claimed: 1, dispatched: 0, lost: 1 });
+    expect(await getTask(t.db, 'acme', id)).toEqual(cancelled);
+    const out = await h.consume(h.outbox.take().map((m) => m.body), { now: at(2) });
+    expect(out.results).toEqual([]);
+    expect(await getTask(t.db, 'acme', id)).toEqual(cancelled);
+  });
+
+  it('a cancel while the send hangs: the failed send gives nothing back, the task stays cancelled', async () => {
+    const [r] = await h.enqueue({ task: 'noop' }, { now: T0 });
+    const id = r!.task!.id;
+    const sending = latch();
+    const fail = latch();
+    const sweep = h.sweep({
+      now: T0,
+      sender: {
+        async sendBatch() {
+          sending.open();
+          await fail.wait;
+          throw new Error('queue unavailable');
+        },
+      },
+    });
+    await sending.wait;
+    const cancelled = await cancelTask(t.db, 'acme', { id }, at(1));
+    fail.open();
+    await expect(sweep).rejects.toThrow('queue unavailable');
+    expect(await getTask(t.db, 'acme', id)).toEqual(cancelled);
+    await h.drain({ now: at(60) });
+    expect(h.outbox.messages).toEqual([]);
+  });
+
+  it('two tenants using one idempotency key each cancel their own task by key', async () => {
+    const [mine] = await h.enqueue({ task: 'noop', idempotencyKey: 'shared', delay: 3600 }, { now: T0 });
+    const [theirs] = await h.enqueue({ task: 'noop', idempotencyKey: 'shared', delay: 3600 }, { now: T0, tenant: 'other' });
+    const c = await cancelTask(t.db, 'other', { idempotencyKey: 'shared' }, at(1));
+    expect(c).toMatchObject({ id: theirs!.task!.id, status: 'cancelled' });
+    expect(await getTask(t.db, 'acme', mine!.task!.id)).toMatchObject({ status: 'scheduled' });
+    // Already cancelled: answered from this tenant's own row.
+    expect(await cancelTask(t.db, 'other', { idempotencyKey: 'shared' }, at(2))).toEqual(c);
   });
 
   it("answers not found for an unknown id, an unknown key, and another tenant's task", async () => {

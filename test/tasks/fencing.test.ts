@@ -94,6 +94,239 @@ describe('S7: a stale consumer', () => {
   });
 });
 
+describe('S7: a stale worker while the new owner is still at work', () => {
+  it('a stale heartbeat and a stale finish arriving while the new owner runs are refused; the new owner result stands', async () => {
+    const newOwnerRunning = latch();
+    const newOwnerGate = latch();
+    // Epoch 1 stalls and then fails; epoch 2 is still running when that failure arrives.
+    const twoOwners = defineTask('two-owners', z.object({}).default({}), async (_p, ctx) => {
+      runs.push({ id: ctx.taskId, epoch: ctx.epoch, attempt: ctx.attempt });
+      if (ctx.epoch === 1) {
+        started.open();
+        await gate.wait;
+        try {
+          await ctx.heartbeat();
+        } catch (error) {
+          heartbeatError = error;
+        }
+        throw new Error('stale attempt failed');
+      }
+      newOwnerRunning.open();
+      await newOwnerGate.wait;
+    });
+    h = createHarness(t.db, { handlers: [twoOwners] });
+    const [r] = await h.enqueue({ task: 'two-owners', timeout: 600, maxAttempts: 3 }, { now: T0 });
+    const id = r!.task!.id;
+    await h.sweep({ now: T0 });
+    const stale = h.consume(h.outbox.take().map((m) => m.body), { now: T0 });
+    await started.wait;
+
+    // The stalled attempt's lease runs out; the retry is claimed at epoch 2 and starts.
+    await h.sweep({ now: at(631) });
+    const [m2] = h.outbox.take();
+    expect(m2!.body.epoch).toBe(2);
+    const fresh = h.consume([m2!.body], { now: at(632) });
+    await newOwnerRunning.wait;
+
+    // The stale worker reports while the new owner is still running: refused.
+    gate.open();
+    const late = await stale;
+    expect(heartbeatError).toBeInstanceOf(LeaseLostError);
+    expect(late.results).toEqual([{ id, outcome: 'failed', status: 'lost' }]);
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'running', leaseEpoch: 2, lastError: expect.stringMatching(/lease expired/) });
+    const lost = h.logs.find((l) => l.msg === 'fenced write lost');
+    expect(lost).toMatchObject({ step: 'finish', taskId: id, epoch: 1, currentEpoch: 2, currentStatus: 'running' });
+
+    // The new owner finishes: its result stands.
+    newOwnerGate.open();
+    expect((await fresh).results).toEqual([{ id, outcome: 'succeeded', status: 'succeeded' }]);
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'succeeded', leaseEpoch: 2, attempts: 2 });
+    expect(runs.map((x) => x.epoch)).toEqual([1, 2]);
+    await expectOneCompletion(t.db);
+  });
+
+  it('a stale dispatched mark arriving after a re-claim changes nothing and is reported lost', async () => {
+    const [r] = await h.enqueue({ task: 'count' }, { now: T0 });
+    const id = r!.task!.id;
+    // Sweep A sends, then stalls before its dispatched mark (a cut-off invocation that resumes late).
+    const sent = latch();
+    const resume = latch();
+    const sweepA = h.sweep({
+      now: T0,
+      workerId: 'sweep-a',
+      faults: async (point) => {
+        if (point === 'sweep.after_send') {
+          sent.open();
+          await resume.wait;
+        }
+      },
+    });
+    await sent.wait;
+    h.outbox.take(); // A's message is lost in transit
+
+    // A's claim lease runs out: sweep B puts the task back (never dispatched), re-claims it at epoch 2 and marks it.
+    const claimLease = h.config.claimLeaseSeconds;
+    const b = await h.sweep({ now: at(claimLease + 1), workerId: 'sweep-b' });
+    expect(b).toMatchObject({ claimed: 1, dispatched: 1, lost: 0 });
+    expect(b.reaped.requeued).toBe(1);
+    const owner = await getTask(t.db, 'acme', id);
+    expect(owner).toMatchObject({ status: 'running', leaseEpoch: 2 });
+
+    resume.open();
+    const a = await sweepA;
+    expect(a).toMatchObject({ claimed: 1, dispatched: 0, lost: 1 });
+    expect(await getTask(t.db, 'acme', id)).toEqual(owner);
+    const lost = h.logs.find((l) => l.msg === 'fenced write lost' && l.step === 'dispatch');
+    expect(lost).toMatchObject({ taskId: id, epoch: 1, currentEpoch: 2, currentStatus: 'running' });
+  });
+
+  it('a stale release (a send that failed late) arriving after a re-claim leaves the new claim alone', async () => {
+    const [r] = await h.enqueue({ task: 'count' }, { now: T0 });
+    const id = r!.task!.id;
+    // Sweep A's send hangs past its claim lease, then fails: A gives its claims back.
+    const sendingA = latch();
+    const failA = latch();
+    const sweepA = h.sweep({
+      now: T0,
+      workerId: 'sweep-a',
+      sender: {
+        async sendBatch() {
+          sendingA.open();
+          await failA.wait;
+          throw new Error('queue unavailable');
+        },
+      },
+    });
+    await sendingA.wait;
+
+    // Meanwhile sweep B re-claims the task at epoch 2 and is itself still sending.
+    const sendingB = latch();
+    const sendB = latch();
+    const sweepB = h.sweep({
+      now: at(h.config.claimLeaseSeconds + 1),
+      workerId: 'sweep-b',
+      sender: {
+        async sendBatch(batch) {
+          sendingB.open();
+          await sendB.wait;
+          await h.outbox.sendBatch(batch);
+        },
+      },
+    });
+    await sendingB.wait;
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'running', leaseEpoch: 2, attempts: 1 });
+
+    failA.open();
+    await expect(sweepA).rejects.toThrow('queue unavailable');
+    const released = h.logs.find((l) => l.msg === 'send to queue failed; claims released');
+    expect(released).toMatchObject({ claimed: 1, released: 0 });
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'running', leaseEpoch: 2, attempts: 1 });
+
+    // B's claim is intact: its send and mark go through, and its message runs the task.
+    sendB.open();
+    expect(await sweepB).toMatchObject({ claimed: 1, dispatched: 1, lost: 0 });
+    const [m] = h.outbox.take();
+    expect(m!.body).toMatchObject({ id, epoch: 2 });
+    expect((await h.consume([m!.body], { now: at(h.config.claimLeaseSeconds + 2) })).results).toEqual([
+      { id, outcome: 'succeeded', status: 'succeeded' },
+    ]);
+    await expectOneCompletion(t.db);
+  });
+
+  it('a consumer quicker than the dispatched mark: the late mark leaves the running attempt alone', async () => {
+    const running = latch();
+    const release = latch();
+    const hold = defineTask('hold', z.object({}).default({}), async () => {
+      running.open();
+      await release.wait;
+    });
+    h = createHarness(t.db, { handlers: [hold] });
+    const [r] = await h.enqueue({ task: 'hold', timeout: 600 }, { now: T0 });
+    const id = r!.task!.id;
+    const sent = latch();
+    const resume = latch();
+    const sweep = h.sweep({
+      now: T0,
+      faults: async (point) => {
+        if (point === 'sweep.after_send') {
+          sent.open();
+          await resume.wait;
+        }
+      },
+    });
+    await sent.wait;
+    // The message arrives and the handler starts before the sweep writes its mark.
+    const consumed = h.consume(h.outbox.take().map((m) => m.body), { now: at(1) });
+    await running.wait;
+    const started = await getTask(t.db, 'acme', id);
+    expect(started).toMatchObject({ status: 'running', startedAt: at(1), dispatchedAt: at(1) });
+
+    resume.open();
+    expect(await sweep).toMatchObject({ claimed: 1, dispatched: 1, lost: 0 });
+    // The lease stays the running attempt's (timeout + grace from its start), not the shorter dispatch lease.
+    expect(await getTask(t.db, 'acme', id)).toEqual(started);
+    expect(h.logs.filter((l) => l.msg === 'fenced write lost')).toEqual([]);
+
+    release.open();
+    expect((await consumed).results).toEqual([{ id, outcome: 'succeeded', status: 'succeeded' }]);
+  });
+
+  it('a send that delivered, then reported failure: the release leaves the attempt the consumer started', async () => {
+    const running = latch();
+    const release = latch();
+    const hold = defineTask('hold', z.object({}).default({}), async () => {
+      running.open();
+      await release.wait;
+    });
+    h = createHarness(t.db, { handlers: [hold] });
+    const [r] = await h.enqueue({ task: 'hold', timeout: 600 }, { now: T0 });
+    const id = r!.task!.id;
+    const delivered = latch();
+    const fail = latch();
+    const sweep = h.sweep({
+      now: T0,
+      sender: {
+        async sendBatch(batch) {
+          await h.outbox.sendBatch(batch); // the Queue took it ...
+          delivered.open();
+          await fail.wait;
+          throw new Error('response lost'); // ... but the producer saw an error
+        },
+      },
+    });
+    await delivered.wait;
+    const consumed = h.consume(h.outbox.take().map((m) => m.body), { now: at(1) });
+    await running.wait;
+
+    fail.open();
+    await expect(sweep).rejects.toThrow('response lost');
+    expect(h.logs.find((l) => l.msg === 'send to queue failed; claims released')).toMatchObject({ claimed: 1, released: 0 });
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'running', attempts: 1, startedAt: at(1) });
+
+    release.open();
+    expect((await consumed).results).toEqual([{ id, outcome: 'succeeded', status: 'succeeded' }]);
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'succeeded', attempts: 1, leaseEpoch: 1 });
+  });
+
+  it('at_most_once: once the reaper ended a stalled attempt dead, its heartbeat raises LeaseLostError and its result is lost', async () => {
+    const [r] = await h.enqueue({ task: 'slow', timeout: 600, delivery: 'at_most_once' }, { now: T0 });
+    const id = r!.task!.id;
+    await h.sweep({ now: T0 });
+    const stale = h.consume(h.outbox.take().map((m) => m.body), { now: T0 });
+    await started.wait;
+    const sweep = await h.sweep({ now: at(631) });
+    expect(sweep.reaped).toEqual({ requeued: 0, retried: 0, dead: 1 });
+    const dead = await getTask(t.db, 'acme', id);
+    expect(dead).toMatchObject({ status: 'dead', leaseEpoch: 1 });
+
+    gate.open(); // the stalled handler wakes, heartbeats, and reports
+    const late = await stale;
+    expect(heartbeatError).toBeInstanceOf(LeaseLostError);
+    expect(late.results).toEqual([{ id, outcome: 'succeeded', status: 'lost' }]);
+    expect(await getTask(t.db, 'acme', id)).toEqual(dead);
+  });
+});
+
 describe('S6: the same message delivered twice', () => {
   async function dispatchOne() {
     const [r] = await h.enqueue({ task: 'count' }, { now: T0 });
@@ -115,6 +348,27 @@ describe('S6: the same message delivered twice', () => {
     await Promise.all([h.consume([body], { now: T0 }), other.consume([body], { now: T0 })]);
     expect(runs.filter((r) => r.id === id)).toHaveLength(1);
     expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'succeeded', attempts: 1 });
+  });
+
+  it('again while the first delivery is still running: skipped, one run', async () => {
+    const running = latch();
+    const release = latch();
+    const hold = defineTask('hold', z.object({}).default({}), async (_p, ctx) => {
+      runs.push({ id: ctx.taskId, epoch: ctx.epoch, attempt: ctx.attempt });
+      running.open();
+      if (runs.length === 1) await release.wait; // a second run (the bug) returns at once
+    });
+    h = createHarness(t.db, { handlers: [hold] });
+    const [r] = await h.enqueue({ task: 'hold' }, { now: T0 });
+    await h.sweep({ now: T0 });
+    const [m] = h.outbox.take();
+    const first = h.consume([m!.body], { now: T0 });
+    await running.wait;
+    const again = await h.consume([m!.body], { now: at(1) });
+    expect(again).toMatchObject({ verdicts: ['ack'], results: [], skipped: 1 });
+    release.open();
+    expect((await first).results).toEqual([{ id: r!.task!.id, outcome: 'succeeded', status: 'succeeded' }]);
+    expect(runs).toHaveLength(1);
   });
 
   it('in sequence, and a whole batch retried: one run per task', async () => {

@@ -92,6 +92,18 @@ describe('idempotency keys', () => {
     expect(c!.outcome).toBe('created');
   });
 
+  it('two tenants whose one key was spent and purged each get their own spent task back', async () => {
+    const [a] = await h.enqueue({ task: 'noop', idempotencyKey: 'k6' }, { now: T0 });
+    const [b] = await h.enqueue({ task: 'noop', idempotencyKey: 'k6' }, { now: T0, tenant: 'other' });
+    await h.drain({ now: T0 });
+    const later = at(8 * 86_400);
+    expect((await h.sweep({ now: later })).purged).toBe(2);
+    const [again] = await h.enqueue({ task: 'noop', idempotencyKey: 'k6' }, { now: later });
+    const [againOther] = await h.enqueue({ task: 'noop', idempotencyKey: 'k6' }, { now: later, tenant: 'other' });
+    expect(again).toMatchObject({ outcome: 'deduplicated', spent: { taskId: a!.task!.id } });
+    expect(againOther).toMatchObject({ outcome: 'deduplicated', spent: { taskId: b!.task!.id } });
+  });
+
   it('the database itself refuses a row that would resurrect a spent key (the purge race)', async () => {
     await t.db.query(
       `insert into spent_idempotency_keys (tenant, idempotency_key, task_id, status) values ('acme', 'k5', 1, 'succeeded')`,

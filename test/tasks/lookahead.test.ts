@@ -35,7 +35,8 @@ beforeAll(async () => {
 beforeEach(async () => {
   await resetTables(t.db);
   runs = [];
-  h = createHarness(t.db, { handlers: [recordTask()] });
+  // Info level: a test reads the refused start's log line.
+  h = createHarness(t.db, { handlers: [recordTask()], config: { logLevel: 'info' } });
   api = createTestApi(t.db, { handlers: [recordTask()] });
   api.setNow(T0);
 });

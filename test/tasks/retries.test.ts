@@ -121,7 +121,8 @@ describe('a poison task', () => {
       const cap = Math.min(60_000, 1000 * 2 ** (r.attempt - 1));
       expect(r.lo).toBeGreaterThanOrEqual(0);
       expect(r.hi).toBeLessThanOrEqual(cap);
-      expect(r.hi).toBeGreaterThan(cap * 0.9); // jitter spans the range
+      expect(r.hi).toBeGreaterThan(cap * 0.9); // jitter spans the range ...
+      expect(r.lo).toBeLessThan(cap * 0.1); // ... from (nearly) nothing
     }
   });
 });

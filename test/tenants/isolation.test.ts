@@ -2,7 +2,8 @@
 // tenant A's work every way the API allows. Every attempt is a 404 or an
 // empty answer, and A's data is unchanged afterwards.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { useTestDatabase } from '../helpers/db.ts';
+import { at, T0, useTestDatabase } from '../helpers/db.ts';
+import { createHarness } from '../helpers/harness.ts';
 import { createTestApi } from '../helpers/http.ts';
 
 const t = useTestDatabase();
@@ -83,5 +84,24 @@ describe('tenant isolation', () => {
     expect(await snapshot()).toEqual(before);
     const asA = await api.call('GET', '/v1/schedules/nightly', { token: keyA });
     expect(asA.body).toMatchObject({ kind: 'cron', payload: { owner: 'a' } });
+  });
+
+  it("B's schedule under A's name takes its own anchor, and deleting it leaves A's occurrences alone", async () => {
+    await t.db.query('truncate tasks, schedules restart identity'); // the earlier tests' schedules would fire too
+    api.setNow(T0);
+    const a = await api.call('PUT', '/v1/schedules/tick', { token: keyA, body: { task: 'noop', interval: 60 } });
+    expect(a.body.nextRunAt).toBe(at(60).toISOString());
+    api.setNow(at(25));
+    const b = await api.call('PUT', '/v1/schedules/tick', { token: keyB, body: { task: 'noop', interval: 60 } });
+    expect(b.status).toBe(201);
+    expect(b.body.nextRunAt).toBe(at(85).toISOString()); // its own rhythm, not A's
+    // Both fire within the look-ahead: claimed early, not started.
+    expect((await createHarness(t.db).sweep({ now: at(30) })).materialized.fired).toBe(2);
+    const before = await snapshot();
+    expect((await api.call('DELETE', '/v1/schedules/tick', { token: keyB })).status).toBe(200);
+    expect(await snapshot()).toEqual(before);
+    const bTasks = await t.db.query<{ status: string }>(`select status from tasks where tenant = 'tenant-b'`);
+    expect(bTasks).toEqual([{ status: 'cancelled' }]);
+    api.setNow(undefined);
   });
 });

@@ -1,12 +1,12 @@
 // Every route of the API, success and error, driven only through the typed
 // client, against the Worker running in workerd.
-import { exports } from 'cloudflare:workers';
+import { env, exports } from 'cloudflare:workers';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ApiError, createClient, type Client } from '../../src/client/index.ts';
+import { ApiError, createClient, type Client } from '../../packages/client/src/index.ts';
 
 const base = 'https://scheduler.test';
 const viaWorker = (request: Request) => exports.default.fetch(request);
-const admin = createClient({ baseUrl: base, key: 'test-admin-token', fetch: viaWorker });
+const admin = createClient({ baseUrl: base, key: env.ADMIN_TOKEN, fetch: viaWorker });
 let acme: Client;
 let other: Client;
 
@@ -35,7 +35,7 @@ beforeAll(async () => {
 
 describe('the client, over every route', () => {
   it('health', async () => {
-    expect(await acme.health()).toEqual({ ok: true });
+    expect(await acme.health()).toEqual({ ok: true, transport: env.EXPECTED_TRANSPORT });
   });
 
   it('tasks: enqueue, deduplicate, batch, get, list, iterate, cancel', async () => {

@@ -5,8 +5,13 @@ declare namespace Cloudflare {
   }
   interface Env extends Omit<import('../../functions/env.ts').Env, never> {
     DATABASE_URL: string;
+    ADMIN_TOKEN: string;
     DATABASE_WS_PROXY: string;
     SIGNING_SECRET: string;
     RECEIVER_URL: string;
+    /** `host:port` of a server that accepts connections and never answers. */
+    HUNG_ADDRESS: string;
+    /** The transport this project runs over: `neon` or `hyperdrive`. */
+    EXPECTED_TRANSPORT: 'neon' | 'hyperdrive';
   }
 }

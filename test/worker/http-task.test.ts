@@ -8,7 +8,7 @@ import worker from '../../functions/index.ts';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 
-const headers = { authorization: 'Bearer test-admin-token', 'content-type': 'application/json', 'x-tenant': 'worker-http' };
+const headers = { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json', 'x-tenant': 'worker-http' };
 
 async function enqueue(body: unknown, tenant = 'worker-http') {
   const res = await exports.default.fetch('https://scheduler.test/v1/tasks', {
@@ -121,5 +121,23 @@ describe('the http task type', () => {
     const done = await until(() => task(r.body.id), (t) => t.status === 'dead');
     expect(done).toMatchObject({ status: 'dead', attempts: 1 });
     expect(done.lastError).toMatch(/404/);
+  });
+
+  it('a traceparent sent with the enqueue arrives at the receiver as its child, with the tracestate', async () => {
+    const path = `/hook/ok/${crypto.randomUUID()}`;
+    const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    const res = await exports.default.fetch('https://scheduler.test/v1/tasks', {
+      method: 'POST',
+      headers: { ...headers, traceparent, tracestate: 'rojo=00f067aa0ba902b7' },
+      body: JSON.stringify({ task: 'http', payload: { url: `${env.RECEIVER_URL}${path}` } }),
+    });
+    const r = (await res.json()) as any;
+    expect(res.status).toBe(201);
+    const done = await until(() => task(r.id), (t) => t.status === 'succeeded');
+    expect(done.status).toBe('succeeded');
+    const [d] = await deliveries(path);
+    expect(d.headers.traceparent).toMatch(/^00-0af7651916cd43dd8448eb211c80319c-[0-9a-f]{16}-01$/);
+    expect(d.headers.traceparent).not.toBe(traceparent);
+    expect(d.headers.tracestate).toBe('rojo=00f067aa0ba902b7');
   });
 });

@@ -5,8 +5,9 @@ import { env, exports } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import worker, { type Env } from '../../functions/index.ts';
 import { createNeonDb } from '../../src/db/neon.ts';
+import { envWithDatabase } from './databases.ts';
 
-const ADMIN = { authorization: 'Bearer test-admin-token' };
+const ADMIN = { authorization: `Bearer ${env.ADMIN_TOKEN}` };
 const base = 'https://scheduler.test';
 
 async function api(path: string, init: RequestInit = {}) {
@@ -30,7 +31,7 @@ describe('the Worker, end to end', () => {
   it('healthz answers once the database is reachable', async () => {
     const r = await api('/healthz');
     expect(r.status).toBe(200);
-    expect(r.body).toEqual({ ok: true });
+    expect(r.body).toEqual({ ok: true, transport: env.EXPECTED_TRANSPORT });
   });
 
   it('an HTTP enqueue due now runs to succeeded through the real Queue', async () => {
@@ -114,7 +115,7 @@ describe('the Worker, end to end', () => {
       { id: 'r2', timestamp: Date.now(), attempts: 1, body: { id: '2', epoch: 1, runAt: 0 } },
     ]);
     const ctx = createExecutionContext();
-    const down = { ...(env as unknown as Env), DATABASE_URL: 'postgres://nobody:nothing@127.0.0.1:1/none' };
+    const down = envWithDatabase('postgres://nobody:nothing@127.0.0.1:1/none');
     await worker.queue(batch as never, down, ctx);
     const result = await getQueueResult(batch, ctx);
     expect(result.explicitAcks).toEqual([]);

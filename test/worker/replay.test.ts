@@ -279,7 +279,7 @@ describe('POST /v1/schedules/{name}/trigger', () => {
 
 describe('the client', () => {
   it('replay, bulkCancel, bulkReplay and trigger', async () => {
-    const { createClient, ApiError } = await import('../../src/client/index.ts');
+    const { createClient, ApiError } = await import('../../packages/client/src/index.ts');
     const client = createClient({ baseUrl: base, key: String(env.ADMIN_TOKEN), tenant: ACME, fetch: (r) => exports.default.fetch(r) });
     const [dead] = await seed('replay-acme', 'dead', 1, 'replay-client');
     const first = await client.tasks.replay(dead!, { delay: 3600 });

@@ -12,6 +12,7 @@
 // answered them by reading tasks_running_idx whole (its `status = 'running'`
 // predicate matches theirs): 10,100 rows and ~20 ms per 100 with 10,000
 // tasks in flight (`BENCH_RUNNING=10000 npm run bench:explain`).
+import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Delivery, type Task, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
@@ -119,7 +120,14 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
                        where s.tenant = $2::text and s.idempotency_key = i.idempotency_key)
    ),
    known_queues as (
-     insert into queues (name) select distinct queue from input order by queue on conflict do nothing
+     -- Only names not seen yet: ON CONFLICT on an existing row waits for any
+     -- transaction updating it (a claim advancing vclock), which made every
+     -- enqueue queue behind in-flight claims; a plain read does not wait.
+     insert into queues (name)
+     select distinct i.queue from input i
+     where not exists (select 1 from queues q where q.name = i.queue)
+     order by i.queue
+     on conflict do nothing
    ),
    runnable_counts as (
      select queue, count(*)::double precision as n from input where runnable group by queue
@@ -145,10 +153,11 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
      left join runnable_counts c on i.runnable and c.queue = i.queue
    )
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
-                           backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at)
+                           backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at,
+                           traceparent, tracestate)
    select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
           r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
-          r.idempotency_key, r.vtime, clock.now, clock.now
+          r.idempotency_key, r.vtime, clock.now, clock.now, $16::text, $17::text
    from rows r, clock
    order by r.ord
 `;
@@ -189,7 +198,14 @@ const tasksInsertBatchPlain = sql(
 /** One result per input, in input order; null where the key was spent and its task already purged. */
 export async function insertTasks(
   q: Queryable,
-  p: { now?: Now; tenant: string; lookaheadSeconds: number; tasks: readonly NewTask[]; maxPendingTasks: number },
+  p: {
+    now?: Now;
+    tenant: string;
+    lookaheadSeconds: number;
+    tasks: readonly NewTask[];
+    maxPendingTasks: number;
+    trace?: TraceContext | null;
+  },
 ): Promise<(WrittenTask | null)[]> {
   const col = <K extends keyof NewTask>(k: K) => p.tasks.map((t) => t[k]);
   const plain = p.tasks.every((t) => t.idempotencyKey === null);
@@ -209,6 +225,8 @@ export async function insertTasks(
     col('delivery'),
     col('idempotencyKey'),
     p.maxPendingTasks,
+    p.trace?.traceparent ?? null,
+    p.trace?.tracestate ?? null,
   ]);
   if (plain) {
     // Inserted in input order, so the ids ascend in that order.
@@ -348,6 +366,10 @@ export interface ClaimedTask {
   runAt: Date;
   /** How long after the claim the task is due (0 when already due). */
   delayMs: number;
+  /** The W3C traceparent it was enqueued with, for the sweep's log lines. */
+  traceparent: string | null;
+  /** The claim statement's token (one per claimed batch), which the dispatch mark names. */
+  claimToken: string;
 }
 
 /**
@@ -382,7 +404,7 @@ const tasksClaimRunnable = sql(
        updated_at = clock.now
      from picked, clock
      where t.id = picked.id
-     returning t.id, t.lease_epoch, t.run_at, t.vtime,
+     returning t.id, t.lease_epoch, t.run_at, t.vtime, t.traceparent,
                greatest(0, floor(extract(epoch from t.run_at - clock.now) * 1000))::bigint as delay_ms
    ),
    advanced as (
@@ -390,22 +412,30 @@ const tasksClaimRunnable = sql(
      from (select max(vtime) as v from claimed) m
      where q.name = $2::text and m.v is not null
    )
-   select id, lease_epoch, run_at, delay_ms from claimed order by vtime, id`,
+   select id, lease_epoch, run_at, delay_ms, traceparent from claimed order by vtime, id`,
 );
 
 export async function claimTasks(
   q: Queryable,
-  p: { now?: Now; queue: string; limit: number; claimedBy: string; leaseSeconds: number; claimToken: string },
+  p: { now?: Now; queue: string; limit: number; claimedBy: string; leaseSeconds: number; claimToken?: string },
 ): Promise<ClaimedTask[]> {
-  const rows = await q.query<{ id: string; lease_epoch: string; run_at: Date; delay_ms: string }>(tasksClaimRunnable, [
+  const claimToken = p.claimToken ?? crypto.randomUUID();
+  const rows = await q.query<{ id: string; lease_epoch: string; run_at: Date; delay_ms: string; traceparent: string | null }>(tasksClaimRunnable, [
     at(p.now),
     p.queue,
     p.limit,
     p.claimedBy,
     p.leaseSeconds,
-    p.claimToken,
+    claimToken,
   ]);
-  return rows.map((r) => ({ id: String(r.id), epoch: Number(r.lease_epoch), runAt: r.run_at, delayMs: Number(r.delay_ms) }));
+  return rows.map((r) => ({
+    id: String(r.id),
+    epoch: Number(r.lease_epoch),
+    runAt: r.run_at,
+    delayMs: Number(r.delay_ms),
+    traceparent: r.traceparent,
+    claimToken,
+  }));
 }
 
 /** A fenced write that found the task no longer held at the expected epoch. */
@@ -441,17 +471,34 @@ const lostFromRow = (r: LostRow): LostFence => ({
  * batch that lost its claim meanwhile (cancelled, claim undone, re-claimed)
  * carries another token or is no longer running, so the mark never applies
  * to it. The batch's tasks are held from the mark's time for the dispatch
- * lease (the reaper reads it lazily); re-sent marks change nothing.
+ * lease (the reaper reads it lazily); re-sent marks change nothing. The
+ * batch's tasks are read (by id, unlocked) only to report those that lost
+ * their claim meanwhile.
  */
 const dispatchMarksInsert = sql(
   'dispatch_marks_insert',
-  `insert into dispatch_marks (claim_token, dispatched_at)
-   values ($2::uuid, coalesce($1::timestamptz, now()))
-   on conflict (claim_token) do nothing`,
+  `with marked as (
+     insert into dispatch_marks (claim_token, dispatched_at)
+     select token, coalesce($1::timestamptz, now()) from unnest($2::uuid[]) as m(token)
+     on conflict (claim_token) do nothing
+   )
+   select s.id, s.epoch, cur.lease_epoch as current_epoch, cur.status as current_status
+   from unnest($3::bigint[], $4::bigint[]) as s(id, epoch) left join tasks cur on cur.id = s.id
+   -- lost: no longer held under this claim (a consumer that already started it is not lost)
+   where cur.id is null or cur.lease_epoch <> s.epoch or cur.status <> 'running'`,
 );
 
-export async function markDispatched(q: Queryable, p: { now?: Now; claimToken: string }): Promise<void> {
-  await q.query(dispatchMarksInsert, [at(p.now), p.claimToken]);
+export async function markDispatched(
+  q: Queryable,
+  p: { now?: Now; claimTokens: readonly string[]; tasks: readonly { id: string; epoch: number }[] },
+): Promise<LostFence[]> {
+  const rows = await q.query<LostRow>(dispatchMarksInsert, [
+    at(p.now),
+    p.claimTokens,
+    p.tasks.map((t) => t.id),
+    p.tasks.map((t) => t.epoch),
+  ]);
+  return rows.map(lostFromRow);
 }
 
 /**
@@ -486,6 +533,8 @@ export interface StartedTask {
   task: Task;
   /** Milliseconds until run_at (claimed early with a delay that was rounded down). */
   waitMs: number;
+  /** The W3C trace context of the request that enqueued it, if it had one. */
+  trace: TraceContext | null;
 }
 
 /**
@@ -532,13 +581,14 @@ const tasksStartIfClaimed = sql(
      where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)
-     returning ${TASK_COLUMNS_T}, greatest(0, extract(epoch from t.run_at - clock.now) * 1000)::float8 as wait_ms
+     returning ${TASK_COLUMNS_T}, greatest(0, extract(epoch from t.run_at - clock.now) * 1000)::float8 as wait_ms,
+               t.traceparent, t.tracestate
    )
    select s.*, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status, true as started,
           null::text as reason
    from started s
    union all
-   select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, m.epoch,
+   select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, null, null, m.epoch,
           cur.lease_epoch, case when r.id is not null then 'queued' else cur.status end, false,
           case when r.id is not null then 'queue_paused' end
    from msg m left join tasks cur on cur.id = m.id left join refused r on r.id = m.id
@@ -549,7 +599,9 @@ export async function startTasks(
   q: Queryable,
   p: { now?: Now; tasks: readonly { id: string; epoch: number }[]; leaseGraceSeconds: number },
 ): Promise<{ started: StartedTask[]; lost: LostFence[] }> {
-  const rows = await q.query<TaskRow & LostRow & { wait_ms: number; started: boolean; reason: 'queue_paused' | null }>(tasksStartIfClaimed, [
+  const rows = await q.query<
+    TaskRow & LostRow & { wait_ms: number; started: boolean; reason: 'queue_paused' | null; traceparent: string | null; tracestate: string | null }
+  >(tasksStartIfClaimed, [
     at(p.now),
     p.tasks.map((t) => t.id),
     p.tasks.map((t) => t.epoch),
@@ -558,8 +610,10 @@ export async function startTasks(
   const started: StartedTask[] = [];
   const lost: LostFence[] = [];
   for (const r of rows) {
-    if (r.started) started.push({ task: taskFromRow(r), waitMs: Number(r.wait_ms) });
-    else lost.push(r.reason ? { ...lostFromRow(r), reason: r.reason } : lostFromRow(r));
+    if (r.started) {
+      const trace = r.traceparent ? { traceparent: r.traceparent, tracestate: r.tracestate } : null;
+      started.push({ task: taskFromRow(r), waitMs: Number(r.wait_ms), trace });
+    } else lost.push(r.reason ? { ...lostFromRow(r), reason: r.reason } : lostFromRow(r));
   }
   return { started, lost };
 }

@@ -202,3 +202,32 @@ export async function getTenantQuotas(q: Queryable, tenant: string): Promise<{ s
   const r = rows[0]!;
   return { stored: r.stored ? quotasFromRow(r) : null, schedules: r.schedules };
 }
+
+/**
+ * Every tenant the service knows: those with a key and those with a
+ * fair-queuing row. Reads two small tables (never tasks), for the admin's
+ * tenant picker; capped by `limit`.
+ */
+const tenantsListKnown = sql(
+  'tenants_list_known',
+  `select tenant from (select tenant from api_keys union select tenant from tenants) known
+   order by tenant limit $1::int`,
+);
+
+export async function listKnownTenants(q: Queryable, p: { limit: number }): Promise<string[]> {
+  const rows = await q.query<{ tenant: string }>(tenantsListKnown, [p.limit]);
+  return rows.map((r) => r.tenant);
+}
+
+/** Keys, newest first, optionally of one tenant; the hash is never selected. */
+const apiKeysList = sql(
+  'api_keys_list',
+  `select id, tenant, prefix, created_at, revoked_at from api_keys
+   where ($1::text is null or tenant = $1::text)
+   order by id desc limit $2::int`,
+);
+
+export async function listApiKeys(q: Queryable, p: { tenant?: string; limit: number }): Promise<ApiKeyRow[]> {
+  const rows = await q.query<KeyRow>(apiKeysList, [p.tenant ?? null, p.limit]);
+  return rows.map(keyFromRow);
+}

@@ -1,6 +1,7 @@
 // /v1/admin: keys, fair-queuing weights and queue pauses. Admin token only.
 import { createRoute, z } from '@hono/zod-openapi';
-import { revokeApiKey, setQueuePaused, setTenantQuotas, setTenantWeight } from '../../db/sql/tenants.ts';
+import type { KeyCache } from '../../tenants/key-cache.ts';
+import { listApiKeys, listKnownTenants, revokeApiKey, setQueuePaused, setTenantQuotas, setTenantWeight } from '../../db/sql/tenants.ts';
 import { notFound } from '../../errors.ts';
 import { createApiKey } from '../../tenants/keys.ts';
 import { effectiveQuotas } from '../../tenants/quotas.ts';
@@ -43,6 +44,27 @@ const putQueueRoute = createRoute({
   responses: { 200: json(z.object({ name: z.string(), paused: z.boolean() }).openapi('QueueState'), 'Set'), ...commonErrors },
 });
 
+const listTenantsRoute = createRoute({
+  method: 'get',
+  path: '/v1/admin/tenants',
+  summary: 'Tenants with a key or a fair-queuing row, by name',
+  request: { query: z.strictObject({ limit: z.coerce.number().int().min(1).max(1000).default(500) }) },
+  responses: { 200: json(z.object({ tenants: z.array(z.string()) }).openapi('TenantList'), 'Tenants'), ...commonErrors },
+});
+
+const listKeysRoute = createRoute({
+  method: 'get',
+  path: '/v1/admin/keys',
+  summary: 'API keys, newest first (never the key itself)',
+  request: {
+    query: z.strictObject({
+      tenant: TenantName.optional(),
+      limit: z.coerce.number().int().min(1).max(1000).default(200),
+    }),
+  },
+  responses: { 200: json(z.object({ keys: z.array(ApiKeySchema) }).openapi('ApiKeyList'), 'Keys'), ...commonErrors },
+});
+
 const keyJson = (k: { id: string; tenant: string; prefix: string; createdAt: Date; revokedAt?: Date | null; key?: string }) => ({
   id: k.id,
   tenant: k.tenant,
@@ -52,7 +74,17 @@ const keyJson = (k: { id: string; tenant: string; prefix: string; createdAt: Dat
   ...(k.key ? { key: k.key } : {}),
 });
 
-export function registerAdminRoutes(app: App, { config }: AppDeps): void {
+/** `keyCache`: this isolate's checked keys, forgotten when a key is revoked. */
+export function registerAdminRoutes(app: App, { config }: AppDeps, keyCache?: KeyCache): void {
+  app.openapi(listTenantsRoute, async (c) => {
+    return c.json({ tenants: await listKnownTenants(c.env.db, { limit: c.req.valid('query').limit }) }, 200);
+  });
+
+  app.openapi(listKeysRoute, async (c) => {
+    const { tenant, limit } = c.req.valid('query');
+    return c.json({ keys: (await listApiKeys(c.env.db, { tenant, limit })).map(keyJson) }, 200);
+  });
+
   app.openapi(createKeyRoute, async (c) => {
     const created = await createApiKey(c.env.db, c.req.valid('json').tenant, c.env.now);
     c.var.log.info('api key created', { keyId: created.id, tenant: created.tenant, prefix: created.prefix });
@@ -62,6 +94,8 @@ export function registerAdminRoutes(app: App, { config }: AppDeps): void {
   app.openapi(revokeKeyRoute, async (c) => {
     const revoked = await revokeApiKey(c.env.db, { now: c.env.now, id: c.req.valid('param').id });
     if (!revoked) throw notFound('key');
+    // Other isolates stop trusting it within KEY_CACHE_SECONDS; this one at once.
+    keyCache?.clear();
     c.var.log.info('api key revoked', { keyId: revoked.id, tenant: revoked.tenant });
     return c.json(keyJson(revoked), 200);
   });

@@ -2,13 +2,14 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { getTask, listTasks } from '../../db/sql/tasks.ts';
 import { notFound } from '../../errors.ts';
-import { dispatchRunnable } from '../../sweep/sweep.ts';
+import { queuesToKick } from '../../sweep/kick.ts';
 import { cancelTask } from '../../tasks/cancel.ts';
 import { enqueueTasks, type EnqueueResult } from '../../tasks/enqueue.ts';
 import type { App, AppDeps } from '../app.ts';
 import { commonErrors, conflictError, json, jsonBody, quotaError } from './common.ts';
 import { isStorableText } from '../hostile-json.ts';
 import type { Invocation } from '../context.ts';
+import type { Logger } from '../../log.ts';
 import {
   ErrorSchema,
   SpentTaskSchema,
@@ -105,6 +106,8 @@ const listTasksRoute = createRoute({
   responses: { 200: json(TaskPageSchema, 'A page of tasks'), ...commonErrors },
 });
 
+const taskIdOf = (r: EnqueueResult) => (r.task === null ? r.spent.taskId : r.task.id);
+
 export function resultJson(r: EnqueueResult) {
   if (r.task === null) {
     return { id: r.spent.taskId, status: r.spent.status, idempotencyKey: r.spent.idempotencyKey, deduplicated: true as const, purged: true as const };
@@ -113,18 +116,14 @@ export function resultJson(r: EnqueueResult) {
 }
 
 /**
- * Work due now should not wait for the next cron tick: claim and dispatch its
- * queues after the response, within the request's waitUntil.
+ * Work due now should not wait for the next cron tick: kick its queues after
+ * the response (sweep/kick.ts: debounced per isolate and queue, and leaving at
+ * once when another claim of the queue is at work).
  */
-export function kickDueQueues(deps: AppDeps, inv: Invocation, results: readonly EnqueueResult[], log: AppDeps['log']): void {
-  const queues = [...new Set(results.flatMap((r) => (r.task && r.outcome !== 'deduplicated' && r.task.status === 'queued' ? [r.task.queue] : [])))];
-  if (queues.length === 0) return;
-  inv.waitUntil(
-    dispatchRunnable(
-      { db: inv.db, config: deps.config, sender: inv.sender, log, workerId: `http:${crypto.randomUUID()}` },
-      { now: inv.now, queues },
-    ).catch((error) => log.error('dispatch after enqueue failed; the next sweep will pick it up', { error })),
-  );
+export function kickDueQueues(deps: AppDeps, inv: Invocation, results: readonly EnqueueResult[], log: Logger): void {
+  const queues = queuesToKick(results);
+  if (queues.length === 0 || !deps.kicker) return;
+  deps.kicker.kick({ db: inv.db, config: deps.config, sender: inv.sender, log, waitUntil: inv.waitUntil, now: inv.now }, queues);
 }
 
 export function registerTaskRoutes(app: App, deps: AppDeps): void {
@@ -133,7 +132,9 @@ export function registerTaskRoutes(app: App, deps: AppDeps): void {
     const [result] = await enqueueTasks({ db: c.env.db, config: deps.config, registry: deps.registry }, c.var.tenant, [toTaskInput(body)], {
       now: c.env.now,
       pathOf: () => '',
+      trace: c.var.trace,
     });
+    if (c.var.trace) c.var.log.info('task enqueued', { taskId: taskIdOf(result!), outcome: result!.outcome });
     kickDueQueues(deps, c.env, [result!], c.var.log);
     return result!.outcome === 'created' ? c.json(resultJson(result!) as never, 201) : c.json(resultJson(result!) as never, 200);
   });
@@ -144,8 +145,9 @@ export function registerTaskRoutes(app: App, deps: AppDeps): void {
       { db: c.env.db, config: deps.config, registry: deps.registry },
       c.var.tenant,
       tasks.map(toTaskInput),
-      { now: c.env.now, pathOf: (i) => `tasks.${i}` },
+      { now: c.env.now, pathOf: (i) => `tasks.${i}`, trace: c.var.trace },
     );
+    if (c.var.trace) c.var.log.info('tasks enqueued', { taskIds: results.map(taskIdOf) });
     kickDueQueues(deps, c.env, results, c.var.log);
     const body = { tasks: results.map(resultJson) };
     return results.some((r) => r.outcome === 'created') ? c.json(body as never, 201) : c.json(body as never, 200);

@@ -1,40 +1,30 @@
 // The typed client for edge apps: Workers, Pages functions, Node backends.
-// It needs only `fetch`. Request and response types come from the same zod
-// schemas that validate requests in the Worker (type-only imports, so none of
-// the server's code is bundled), and every error response becomes an
-// ApiError carrying `code`, `status` and `details`.
+// It needs only `fetch` and has no dependencies. Request and response types
+// are plain TypeScript (./types.ts), kept equal to the server's zod schemas by
+// a type-level check, and every error response becomes an ApiError carrying
+// `code`, `status` and `details`.
 //
-//   import { createClient } from 'edge-scheduler/client';
+//   import { createClient } from 'edge-scheduler-client';
 //   const scheduler = createClient({ baseUrl: 'https://scheduler.example.workers.dev', key: env.SCHEDULER_KEY });
 //   await scheduler.tasks.enqueue({ task: 'http', payload: { url: 'https://example.com/hook' }, delay: 600 });
-import type { z } from 'zod';
 import type {
-  ApiKeySchema,
-  QueueStatsSchema,
-  ScheduleSchema,
-  ScheduleWriteSchema,
-  SpentTaskSchema,
-  TaskCreateSchema,
-  TaskSchema,
-} from '../http/schemas.ts';
-import type { SigningSecretSchema } from '../http/routes/signing-secret.ts';
-import type { BulkCancelSchema, BulkReplaySchema, ReplaySchema } from '../http/replaySchemas.ts';
+  ApiKey,
+  BulkCancelInput,
+  BulkReplayInput,
+  QueueStats,
+  ReplayInput,
+  Schedule,
+  ScheduleInput,
+  SigningSecret,
+  SpentTask,
+  Task,
+  TaskInput,
+  TaskStatus,
+  MinuteStats,
+} from './types.ts';
 
-export type TaskInput = z.input<typeof TaskCreateSchema>;
-export type Task = z.output<typeof TaskSchema>;
-/** A spent idempotency key whose task retention has since deleted. */
-export type SpentTask = z.output<typeof SpentTaskSchema>;
-export type ScheduleInput = z.input<typeof ScheduleWriteSchema>;
-export type Schedule = z.output<typeof ScheduleSchema>;
-export type QueueStats = z.output<typeof QueueStatsSchema>;
-export type ApiKey = z.output<typeof ApiKeySchema>;
-export type SigningSecret = z.output<typeof SigningSecretSchema>;
-export type TaskStatus = Task['status'];
-/** When a replay is due: now by default, or `runAt` / `delay` seconds from now. */
-export type ReplayInput = z.input<typeof ReplaySchema>;
-/** Which tasks a bulk action matches (at least one field) and `limit` (1-10,000, default 1,000). */
-export type BulkCancelInput = z.input<typeof BulkCancelSchema>;
-export type BulkReplayInput = z.input<typeof BulkReplaySchema>;
+export type * from './types.ts';
+
 export interface BulkResult {
   affected: number;
   /** The tasks acted on, ascending; calling again with the same filter continues after them. */
@@ -211,8 +201,17 @@ export function createClient(options: ClientOptions) {
     list: async () => (await call<{ queues: QueueStats[] }>('GET', '/v1/queues')).body.queues,
   };
 
+  const stats = {
+    /** Per queue and minute over the last `minutes` (default 60): finished by outcome, due-to-start p50/p99. */
+    finished: async (minutes?: number) =>
+      (await call<{ minutes: MinuteStats[] }>('GET', '/v1/stats/finished', { query: { minutes } })).body.minutes,
+  };
+
   /** Needs the admin token as `key`. */
   const admin = {
+    listTenants: async () => (await call<{ tenants: string[] }>('GET', '/v1/admin/tenants')).body.tenants,
+    listKeys: async (query: { tenant?: string; limit?: number } = {}) =>
+      (await call<{ keys: ApiKey[] }>('GET', '/v1/admin/keys', { query })).body.keys,
     createKey: async (tenant: string) => (await call<ApiKey & { key: string }>('POST', '/v1/admin/keys', { body: { tenant } })).body,
     revokeKey: async (id: string) => (await call<ApiKey>('DELETE', `/v1/admin/keys/${seg(id)}`)).body,
     setTenantWeight: async (tenant: string, weight: number, queue = 'default') =>
@@ -233,9 +232,10 @@ export function createClient(options: ClientOptions) {
 
   const health = async () => (await call<{ ok: boolean }>('GET', '/healthz')).body;
 
-  return { tasks, schedules, queues, signingSecret, admin, health };
+  return { tasks, schedules, queues, signingSecret, stats, admin, health };
 }
 
 export type Client = ReturnType<typeof createClient>;
 
-export { verifyWebhook, WebhookVerificationError } from '../handlers/signing.ts';
+export { verifyWebhook, WebhookVerificationError } from './webhooks.ts';
+export type { WebhookBody, WebhookHeaderSource } from './webhooks.ts';

@@ -1,0 +1,44 @@
+// Builds the dashboard (dashboard/ -> dashboard/dist/dashboard) with vite, the
+// one build every path shares: `npm run build:dashboard` (before test and
+// deploy), `npm start`, the bench and the browser tests.
+import { existsSync } from 'node:fs';
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { gzipSync } from 'node:zlib';
+import { build } from 'vite';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+export const dashboardDist = join(root, 'dashboard/dist');
+
+export async function buildDashboard(): Promise<void> {
+  await build({ configFile: join(root, 'dashboard/vite.config.ts'), logLevel: 'warn' });
+}
+
+/** Builds only when no build is there (wrangler refuses to start without the assets directory). */
+export async function ensureDashboardBuilt(): Promise<void> {
+  if (!existsSync(join(dashboardDist, 'dashboard/index.html'))) await buildDashboard();
+}
+
+export interface DashboardSize {
+  rawBytes: number;
+  gzipBytes: number;
+  files: string[];
+}
+
+/** Every file the browser loads, raw and gzip (level 9). */
+export async function measureDashboard(): Promise<DashboardSize> {
+  const files = (await readdir(dashboardDist, { recursive: true, withFileTypes: true }))
+    .filter((e) => e.isFile())
+    .map((e) => join(e.parentPath, e.name));
+  let rawBytes = 0;
+  let gzipBytes = 0;
+  for (const f of files) {
+    const buf = await readFile(f);
+    rawBytes += buf.length;
+    gzipBytes += gzipSync(buf, { level: 9 }).length;
+  }
+  return { rawBytes, gzipBytes, files: files.map((f) => f.slice(dashboardDist.length + 1)).sort() };
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) await buildDashboard();

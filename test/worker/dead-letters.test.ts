@@ -1,0 +1,82 @@
+// The dead-letter queue's consumer inside workerd: each dead-lettered message
+// is acknowledged and its task settled through the fenced finish; a stale or
+// malformed one changes nothing.
+import { createExecutionContext, createMessageBatch, getQueueResult, waitOnExecutionContext } from 'cloudflare:test';
+import { env, exports } from 'cloudflare:workers';
+import { describe, expect, it } from 'vitest';
+import worker from '../../functions/index.ts';
+import { readConfig } from '../../src/config.ts';
+import { createNeonDb } from '../../src/db/neon.ts';
+import { silentLogger } from '../../src/log.ts';
+import { promoteDueTasks } from '../../src/db/sql/tasks.ts';
+import { dispatchRunnable, type TaskMessage } from '../../src/sweep/sweep.ts';
+
+const DLQ = 'edge-scheduler-tasks-dlq';
+const headers = { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json', 'x-tenant': 'worker-dlq' };
+
+async function api(method: string, path: string, body?: unknown) {
+  const res = await exports.default.fetch(`https://scheduler.test${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  return (await res.json()) as any;
+}
+
+/**
+ * Tasks claimed and "sent" for real, except that their messages are kept
+ * here instead of reaching the task Queue: as if the consumer had failed them
+ * until the Queue dead-lettered them.
+ */
+async function dispatchedTasks(inputs: object[]): Promise<{ ids: string[]; messages: TaskMessage[] }> {
+  const queue = `dlq-${crypto.randomUUID().slice(0, 8)}`;
+  // Far enough out that no enqueue kick dispatches them; then made due, promoted and claimed here.
+  const ids: string[] = [];
+  for (const input of inputs) ids.push((await api('POST', '/v1/tasks', { task: 'noop', queue, delay: 3600, ...input })).id);
+  const messages: TaskMessage[] = [];
+  const db = createNeonDb({ connectionString: env.DATABASE_URL, wsProxy: env.DATABASE_WS_PROXY });
+  try {
+    await db.query(`update tasks set run_at = now() - interval '1 second' where id = any($1::bigint[])`, [ids]);
+    await promoteDueTasks(db, { lookaheadSeconds: 0, limit: 10_000 });
+    const sender = { sendBatch: async (batch: Iterable<{ body: TaskMessage }>) => void messages.push(...[...batch].map((m) => m.body)) };
+    await dispatchRunnable({ db, config: readConfig(env), log: silentLogger, workerId: 'test-dlq', sender }, { queues: [queue] });
+  } finally {
+    await db.close();
+  }
+  return { ids, messages };
+}
+
+async function deliverToDeadLetterQueue(bodies: unknown[]) {
+  const batch = createMessageBatch(DLQ, bodies.map((body, i) => ({ id: `dlq-${i}`, timestamp: new Date(), attempts: 11, body })));
+  const ctx = createExecutionContext();
+  await worker.queue(batch as never, env as never, ctx);
+  await waitOnExecutionContext(ctx);
+  return getQueueResult(batch, ctx);
+}
+
+describe('the dead-letter queue consumer', () => {
+  it('acknowledges every message and settles its task: at-least-once retries, at-most-once ends dead', async () => {
+    const { ids, messages } = await dispatchedTasks([{ maxAttempts: 3 }, { delivery: 'at_most_once' }, { maxAttempts: 1 }]);
+    expect(messages).toHaveLength(3);
+    const byId = new Map(messages.map((m) => [m.id, m]));
+    const result = await deliverToDeadLetterQueue([byId.get(ids[0]!), byId.get(ids[1]!), byId.get(ids[2]!), { not: 'a task message' }]);
+    expect(result.explicitAcks.sort()).toEqual(['dlq-0', 'dlq-1', 'dlq-2', 'dlq-3']);
+    expect(result.retryMessages).toEqual([]);
+
+    const [retried, atMostOnce, spent] = await Promise.all(ids.map((id) => api('GET', `/v1/tasks/${id}`)));
+    expect(retried).toMatchObject({ status: 'scheduled', attempts: 1 });
+    expect(retried.lastError).toMatch(/dead-lettered/);
+    expect(atMostOnce).toMatchObject({ status: 'dead', attempts: 1 });
+    expect(spent).toMatchObject({ status: 'dead', attempts: 1 });
+  });
+
+  it('leaves a task alone when its message is stale (the fence holds)', async () => {
+    const { ids, messages } = await dispatchedTasks([{}]);
+    expect(messages).toHaveLength(1);
+    const stale = { ...messages[0]!, epoch: messages[0]!.epoch + 5 };
+    const result = await deliverToDeadLetterQueue([stale]);
+    expect(result.explicitAcks).toEqual(['dlq-0']);
+    // Still claimed and not started: shown as waiting, its claim in `dispatch`.
+    expect(await api('GET', `/v1/tasks/${ids[0]}`)).toMatchObject({
+      status: 'queued',
+      lastError: null,
+      dispatch: { epoch: messages[0]!.epoch },
+    });
+  });
+});
