@@ -115,7 +115,10 @@ export async function projectDrain(ctx: Ctx, finishedRows: number): Promise<Drai
   await seedFinishedTasks(url, finishedRows);
   const setup = await openProjectDb(url, ctx.proxy);
   try {
-    await enqueueAll(setup, noopInputs(s.tasks), s.batchSize);
+    const inputs = noopInputs(s.tasks).map((t) =>
+      s.drainConcurrencyLimit > 0 ? { ...t, concurrency: { key: 'bench', limit: s.drainConcurrencyLimit } } : t,
+    );
+    await enqueueAll(setup, inputs, s.batchSize);
   } finally {
     await setup.close();
   }
@@ -456,7 +459,7 @@ export async function projectFencedWrites(ctx: Ctx, running: number, rounds = 20
     await withClient(url, (c) => c.query('vacuum analyze tasks'));
     const claim = async () => {
       const claimToken = crypto.randomUUID();
-      const claimed = await claimTasks(db, { queue: 'default', limit: batch, claimedBy: 'bench-fenced', leaseSeconds: benchConfig.claimLeaseSeconds, claimToken });
+      const { claimed } = await claimTasks(db, { queue: 'default', limit: batch, claimedBy: 'bench-fenced', leaseSeconds: benchConfig.claimLeaseSeconds, claimToken });
       await markDispatched(db, { claimTokens: [claimToken], tasks: claimed });
       if (claimed.length !== batch) throw new Error(`fenced: claimed ${claimed.length}`);
       return claimed;

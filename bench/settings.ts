@@ -68,6 +68,8 @@ export interface Settings {
   /** Sweep ticker of the latency workload (npm start ticks every 5 s; the cron every 60 s). */
   tickMs: number;
   finishedRows: number;
+  /** Issue 16: when > 0, every task of the project's drain carries `concurrency: {key, limit}` with this limit. */
+  drainConcurrencyLimit: number;
   /** Also seed pg-boss with finished rows for the 1M drain. */
   peers1m: boolean;
   pgbenchSeconds: number;
@@ -107,6 +109,7 @@ export function readSettings(): Settings {
     latencyLeadMs: int('BENCH_LATENCY_LEAD_MS', 3_000, 0),
     tickMs: int('BENCH_TICK_MS', 5_000, 100),
     finishedRows: int('BENCH_FINISHED_ROWS', 1_000_000, 0),
+    drainConcurrencyLimit: int('BENCH_DRAIN_CONCURRENCY_LIMIT', 0, 0),
     peers1m: int('BENCH_PEERS_1M', 1, 0) === 1,
     pgbenchSeconds: int('BENCH_PGBENCH_SECONDS', 8, 1),
     fairnessBacklog: int('BENCH_FAIRNESS_BACKLOG', 3_000, 100),

@@ -10,6 +10,11 @@ import { finishedChart, latencyChart } from './charts.ts';
 import { append, fmtSeconds, fmtTime, h, patch, statusBadge } from './dom.ts';
 
 const STATUSES: TaskStatus[] = ['scheduled', 'queued', 'running', 'succeeded', 'dead', 'cancelled', 'missed'];
+/** The statuses a task can be replayed from (the API answers 409 for the others). */
+const TERMINAL: TaskStatus[] = ['succeeded', 'dead', 'cancelled', 'missed'];
+const BULK_LIMIT = 1000;
+/** Bulk replay calls per click at most (BULK_LIMIT each): a runaway loop is bounded. */
+const BULK_ROUNDS = 100;
 const SESSION_KEY = 'edge-scheduler.session';
 const REFRESH_MS = 2000;
 const CALL_TIMEOUT_MS = 10_000;
@@ -158,6 +163,13 @@ let timer: ReturnType<typeof setInterval> | undefined;
 let current: View | undefined;
 let refreshing = false;
 let statusLine: HTMLElement;
+/** Said by an action that opened another view (e.g. Replay opens the replay): shown there once. */
+let flash: string | null = null;
+
+function takeFlash(out: HTMLElement): void {
+  if (flash) out.textContent = flash;
+  flash = null;
+}
 
 function stopRefresh(): void {
   if (timer) clearInterval(timer);
@@ -274,13 +286,18 @@ function route(main: HTMLElement): void {
   tick();
 }
 
-/** Runs a user action; reports its error beside it and refreshes the view. */
-async function act(out: HTMLElement, what: string, fn: () => Promise<unknown>): Promise<void> {
+/**
+ * Runs a user action; reports its error beside it and refreshes the view.
+ * `fn` may return what to say on success (text or nodes, e.g. a link to the
+ * task it made) in place of "done".
+ */
+async function act<T>(out: HTMLElement, what: string, fn: () => Promise<T>, said?: (r: T) => (Node | string)[]): Promise<void> {
   out.textContent = `${what}…`;
   out.classList.remove('error');
   try {
-    await fn();
-    out.textContent = `${what}: done.`;
+    const r = await fn();
+    if (said) out.replaceChildren(...said(r));
+    else out.textContent = `${what}: done.`;
   } catch (e) {
     out.textContent = `${what} failed: ${describeError(e)}`;
     out.classList.add('error');
@@ -436,6 +453,52 @@ function tasksView(dead: boolean): View {
       tick();
     });
   }
+  // Bulk replay matches the dead tasks created before this view was loaded, so
+  // replays that die in turn are not replayed again by the same click.
+  const loadedAt = new Date().toISOString();
+  const bulkReplay = h('div', { 'data-slot': 'bulk-replay' });
+  function askBulk(): void {
+    const go = h('button', { type: 'button', onclick: () => void runBulk() }, 'Replay them');
+    bulkReplay.replaceChildren(
+      h('p', {}, `Replay every dead task created before ${fmtTime(loadedAt)} that has no replay yet?`),
+      go,
+      ' ',
+      h('button', { type: 'button', onclick: () => offerBulk(true) }, 'Keep them'),
+    );
+    go.focus();
+  }
+  function offerBulk(focus = false): void {
+    const b = h('button', { type: 'button', onclick: askBulk }, 'Replay all dead');
+    bulkReplay.replaceChildren(b);
+    if (focus) b.focus();
+  }
+  async function runBulk(): Promise<void> {
+    offerBulk(true);
+    let total = 0;
+    await act(
+      out,
+      'Replay all dead tasks',
+      async () => {
+        try {
+          for (let round = 0; round < BULK_ROUNDS; round++) {
+            const r = await api.tasks.bulkReplay({
+              status: ['dead'],
+              queue: filter.queue || undefined,
+              task: filter.task || undefined,
+              createdBefore: loadedAt,
+              limit: BULK_LIMIT,
+            });
+            total += r.affected;
+            if (r.affected < BULK_LIMIT) break;
+          }
+        } catch (e) {
+          throw new Error(`${describeError(e)}; ${total} replayed before that`);
+        }
+      },
+      () => [total === 1 ? 'Replayed 1 dead task.' : `Replayed ${total} dead tasks.`, total ? ' Their replays are in Tasks.' : ' (Tasks replayed before are skipped.)'],
+    );
+  }
+  if (dead) offerBulk();
   const older = h('button', { type: 'button', onclick: () => move(1) }, 'Older');
   const newer = h('button', { type: 'button', onclick: () => move(-1) }, 'Newer');
   const pageNo = h('span', {});
@@ -452,8 +515,7 @@ function tasksView(dead: boolean): View {
       append(main, [
         h('h1', {}, dead ? 'Dead tasks' : 'Tasks'),
         dead ? h('p', { class: 'help' }, 'Tasks that used every attempt or failed permanently, newest first.') : form,
-        // Replay and bulk replay (issue 15) slot in here once the API offers them.
-        dead ? h('div', { 'data-slot': 'bulk-replay' }) : null,
+        dead ? bulkReplay : null,
         out,
         list,
         pager,
@@ -489,6 +551,7 @@ function taskDetailView(id: string): View {
     title: `Task ${id}`,
     mount(main) {
       main.append(h('p', {}, h('a', { href: '#/tasks' }, '← All tasks')), h('h1', {}, `Task ${id}`), out, body);
+      takeFlash(out);
     },
     async refresh() {
       let t: Task;
@@ -515,12 +578,19 @@ function taskDetailView(id: string): View {
           ...field('Attempts', `${t.attempts} of ${t.maxAttempts}`),
           ...field('Idempotency key', t.idempotencyKey ?? '—'),
           ...field('Delivery', t.delivery),
+          ...(t.replayOf ? field('Replay of', h('a', { href: `#/task/${encodeURIComponent(t.replayOf)}`, 'data-field': 'replayOf' }, `task ${t.replayOf}`)) : []),
         ),
         t.status === 'scheduled' || t.status === 'queued'
           ? h('button', { type: 'button', 'data-focus': 'cancel', onclick: () => act(out, `Cancel task ${t.id}`, () => api.tasks.cancel(t.id)) }, 'Cancel this task')
           : null,
-        // Replay (issue 15) slots in here.
-        h('div', { 'data-slot': 'replay' }),
+        TERMINAL.includes(t.status)
+          ? h(
+              'div',
+              { 'data-slot': 'replay' },
+              h('button', { type: 'button', 'data-focus': 'replay', onclick: () => void replay(t.id, out) }, 'Replay this task'),
+              h('span', { class: 'help' }, ' Runs it again as a new task (same type, payload, queue and options) and opens it.'),
+            )
+          : null,
         h('h2', {}, 'Payload'),
         h('pre', { 'data-field': 'payload', tabindex: 0 }, JSON.stringify(t.payload, null, 2)),
         h('h2', {}, 'Last error'),
@@ -531,6 +601,21 @@ function taskDetailView(id: string): View {
       ]);
     },
   };
+}
+
+/** Replays a task and opens the replay (the existing one if it was replayed already). */
+async function replay(id: string, out: HTMLElement): Promise<void> {
+  await act(
+    out,
+    `Replay task ${id}`,
+    async () => {
+      const r = await api.tasks.replay(id);
+      flash = r.created ? `Replay of task ${id}: this is the new task.` : `Task ${id} had been replayed already: this is its replay.`;
+      location.hash = `#/task/${encodeURIComponent(r.task.id)}`;
+      return r;
+    },
+    () => [flash ?? ''],
+  );
 }
 
 function scheduleSpec(s: Schedule): string {
@@ -615,8 +700,23 @@ function scheduleDetailView(name: string): View {
           },
           s.enabled ? 'Pause' : 'Resume',
         ),
-        // Trigger now (issue 15) slots in here.
-        h('div', { 'data-slot': 'trigger' }),
+        ' ',
+        h(
+          'button',
+          {
+            type: 'button',
+            'data-focus': 'trigger',
+            'data-slot': 'trigger',
+            onclick: () =>
+              act(
+                out,
+                `Run schedule ${s.name} now`,
+                () => api.schedules.trigger(s.name),
+                (t: Task) => [`Schedule ${s.name} ran now as `, h('a', { href: `#/task/${encodeURIComponent(t.id)}` }, `task ${t.id}`), '.'],
+              ),
+          },
+          'Run now',
+        ),
         h('h2', {}, 'Next fire times'),
         next.length ? h('ol', {}, ...next.map((t) => h('li', {}, fmtTime(t)))) : h('p', {}, 'None (paused or finished).'),
       ]);

@@ -16,6 +16,7 @@ import { validationHook } from './validation.ts';
 import { createKeyCache, type KeyCache } from '../tenants/key-cache.ts';
 import { createKicker, type Kicker } from '../sweep/kick.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
+import { registerConcurrencyRoutes } from './routes/concurrency.ts';
 import { registerMetricsRoute } from './routes/metrics.ts';
 import { registerQueueRoutes } from './routes/queues.ts';
 import { registerReplayRoutes } from './routes/replay.ts';
@@ -91,7 +92,7 @@ export function createApp(appDeps: AppDeps): App {
   const tenant = requireTenant(adminToken, keyCache);
   const tenantPaths = [
     '/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues',
-    '/v1/signing-secret', '/v1/signing-secret/*', '/v1/stats/*',
+    '/v1/signing-secret', '/v1/signing-secret/*', '/v1/stats/*', '/v1/concurrency/*',
   ];
   for (const path of tenantPaths) app.use(path, tenant);
   app.use('/metrics', requireCaller(adminToken, keyCache));
@@ -103,6 +104,7 @@ export function createApp(appDeps: AppDeps): App {
   registerScheduleRoutes(app, deps);
   registerTriggerRoutes(app, deps);
   registerQueueRoutes(app);
+  registerConcurrencyRoutes(app);
   registerSigningSecretRoutes(app, deps);
   registerAdminRoutes(app, deps, keyCache);
   registerStatsRoutes(app);

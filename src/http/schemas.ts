@@ -4,7 +4,7 @@ import { z } from '@hono/zod-openapi';
 import { isClaimedNotStarted, shownStatus, TASK_STATUSES, type Task } from '../tasks/model.ts';
 import type { TaskInput } from '../tasks/enqueue.ts';
 import { MAX_INTERVAL_SECONDS } from '../schedules/recurrence.ts';
-import { MAX_TIMEOUT_SECONDS } from '../tasks/options.ts';
+import { CONCURRENCY_KEY_MAX_LENGTH, CONCURRENCY_LIMIT_MAX, MAX_TIMEOUT_SECONDS, PRIORITY_MAX, PRIORITY_MIN } from '../tasks/options.ts';
 import { QUOTA_LIMITS } from '../tenants/quotas.ts';
 
 export const MAX_DELAY_SECONDS = 365 * 86_400;
@@ -31,6 +31,16 @@ export const TaskType = z
 
 export const Instant = z.iso.datetime({ offset: true }).openapi({ example: '2026-12-01T09:00:00Z' });
 
+export const ConcurrencySchema = z
+  .strictObject({
+    key: z.string().min(1).max(CONCURRENCY_KEY_MAX_LENGTH),
+    limit: z.int().min(1).max(CONCURRENCY_LIMIT_MAX),
+  })
+  .openapi('Concurrency', {
+    description:
+      "At most `limit` of the tenant's tasks with this `key` run at once (claimed, including claimed early, or started, and not finished), across every queue. Tasks over the limit wait, queued, and never hold back other keys. The same key with different limits: the most recently enqueued task's limit applies.",
+  });
+
 /** What a task, or a schedule for its occurrences, may set about attempts. */
 const TaskOptionFields = {
   maxAttempts: z.int().min(1).max(100).optional(),
@@ -48,6 +58,16 @@ const TaskOptionFields = {
     .optional()
     .openapi({ description: `Seconds per attempt (at most ${MAX_TIMEOUT_SECONDS}: an attempt must fit a Queue consumer's 15-minute wall clock).` }),
   delivery: z.enum(['at_least_once', 'at_most_once']).optional(),
+  concurrency: ConcurrencySchema.optional(),
+  priority: z
+    .int()
+    .min(PRIORITY_MIN)
+    .max(PRIORITY_MAX)
+    .optional()
+    .openapi({
+      description:
+        "Default 0. Within the tenant's fair share, higher priority is claimed first, then by due time; never more than the share. A steady stream of high-priority work can starve the tenant's own low-priority work.",
+    }),
 };
 
 /** Unparsable instants are the datetime check's to report; this one bounds parsable ones. */
@@ -90,6 +110,8 @@ export function toTaskInput(body: TaskCreate): TaskInput {
     backoff: body.backoff,
     timeout: body.timeout,
     delivery: body.delivery,
+    concurrency: body.concurrency,
+    priority: body.priority,
   };
 }
 
@@ -131,6 +153,8 @@ export const TaskSchema = z
     scheduleId: z.string().nullable(),
     scheduledFor: z.string().nullable(),
     replayOf: z.string().nullable().openapi({ description: 'The terminal task this one replays.' }),
+    concurrency: z.object({ key: z.string(), limit: z.int() }).nullable(),
+    priority: z.int(),
     deduplicated: z.boolean().optional().openapi({ description: 'The idempotency key was already spent.' }),
   })
   .openapi('Task');
@@ -163,6 +187,8 @@ export function taskJson(t: Task): TaskJson {
     scheduleId: t.scheduleId,
     scheduledFor: iso(t.scheduledFor),
     replayOf: t.replayOf,
+    concurrency: t.concurrency,
+    priority: t.priority,
   };
 }
 
@@ -385,6 +411,8 @@ export const ScheduleSchema = z
     backoff: z.object({ base: z.number(), max: z.number() }),
     timeout: z.number(),
     delivery: z.enum(['at_least_once', 'at_most_once']),
+    concurrency: z.object({ key: z.string(), limit: z.int() }).nullable(),
+    priority: z.int(),
     misfire: z.enum(['run_once', 'catch_up', 'skip']),
     misfireGrace: z.int(),
     catchUpLimit: z.int(),

@@ -12,6 +12,9 @@ export interface OccurrenceOptions {
   backoffMaxMs: number;
   timeoutMs: number;
   delivery: Delivery;
+  /** Flow control of the occurrences (issue 16); absent on schedules written before it. */
+  concurrency?: { key: string; limit: number } | null;
+  priority?: number;
 }
 
 export interface Schedule {

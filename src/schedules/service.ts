@@ -116,6 +116,8 @@ export async function putSchedule(
         backoffMaxMs: options.backoffMaxMs,
         timeoutMs: options.timeoutMs,
         delivery: options.delivery,
+        concurrency: input.concurrency ?? null,
+        priority: input.priority ?? 0,
       },
       misfire: input.misfire ?? 'run_once',
       misfireGraceSeconds: input.misfireGrace ?? 60,

@@ -68,11 +68,11 @@ export function createKicker(options: {
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   const states = new Map<string, QueueState>();
 
-  async function round(deps: KickDeps, queue: string): Promise<{ claimed: number; busy: boolean }> {
-    if (!(await isClaimFree(deps.db, queue))) return { claimed: 0, busy: true };
+  async function round(deps: KickDeps, queue: string): Promise<{ claimed: number; picked: number; busy: boolean }> {
+    if (!(await isClaimFree(deps.db, queue))) return { claimed: 0, picked: 0, busy: true };
     const workerId = `kick:${crypto.randomUUID()}`;
     const sweepDeps = { db: deps.db, config: deps.config, sender: deps.sender, log: deps.log, workerId };
-    const claimed = await claimTasks(deps.db, {
+    const { claimed, parked } = await claimTasks(deps.db, {
       now: deps.now,
       queue,
       limit: deps.config.sweepBatchSize,
@@ -80,7 +80,8 @@ export function createKicker(options: {
       leaseSeconds: deps.config.claimLeaseSeconds,
     });
     await sendClaimed(sweepDeps, queue, claimed, deps.now);
-    return { claimed: claimed.length, busy: false };
+    // Tasks parked over a concurrency limit (issue 16) fill the batch too: a full one looks again.
+    return { claimed: claimed.length, picked: claimed.length + parked, busy: false };
   }
 
   async function run(queue: string, state: QueueState): Promise<void> {
@@ -96,7 +97,7 @@ export function createKicker(options: {
         counts.rounds += 1;
         counts.claimed += r.claimed;
         if (r.busy) counts.busy += 1;
-        const more = state.again || r.busy || r.claimed >= deps.config.sweepBatchSize;
+        const more = state.again || r.busy || r.picked >= deps.config.sweepBatchSize;
         if (!more || counts.rounds >= MAX_KICK_ROUNDS) break;
       }
     } catch (error) {

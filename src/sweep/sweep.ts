@@ -9,6 +9,7 @@ import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
 import {
   claimTasks,
+  wakeParkedTasks,
   listClaimableQueues,
   markDispatched,
   promoteDueTasks,
@@ -93,15 +94,15 @@ export const QUEUE_SEND_LIMIT = 100;
 const MARK_REAPER_MARGIN_SECONDS = 3600;
 
 /** Claims one batch of a queue, sends it (in chunks the Queue accepts), marks it dispatched. */
-async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts> {
-  const claimed: ClaimedTask[] = await claimTasks(deps.db, {
+async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts & { parked: number }> {
+  const { claimed, parked } = await claimTasks(deps.db, {
     now,
     queue,
     limit: deps.config.sweepBatchSize,
     claimedBy: deps.workerId,
     leaseSeconds: deps.config.claimLeaseSeconds,
   });
-  return sendClaimed(deps, queue, claimed, now);
+  return { ...(await sendClaimed(deps, queue, claimed, now)), parked };
 }
 
 /** Sends claimed tasks to the Queue and marks them dispatched; on a failed send, gives the claims back. */
@@ -175,7 +176,9 @@ export async function dispatchRunnable(
       total.dispatched += c.dispatched;
       total.released += c.released;
       total.lost += c.lost;
-      if (c.claimed >= deps.config.sweepBatchSize) next.push(queue);
+      // Tasks parked over their concurrency limit left the runnable index: the
+      // batch was full, and the queue may hold more runnable work behind them.
+      if (c.claimed + c.parked >= deps.config.sweepBatchSize) next.push(queue);
     }
     turn = next;
   }
@@ -260,6 +263,8 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     },
     // 4. Claim and dispatch, queues taking turns, lowest vtime first within each.
     async dispatch(until) {
+      // Parked tasks whose key has room again (a raised limit, a missed wake).
+      await wakeParkedTasks(db, { keys: config.sweepBatchSize });
       const { budgetExhausted, ...c } = await dispatchRunnable(deps, { now, deadline: until });
       dispatchCounts.claimed += c.claimed;
       dispatchCounts.dispatched += c.dispatched;

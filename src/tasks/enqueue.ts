@@ -48,6 +48,9 @@ function toNewTask(input: TaskInput, options: TaskOptions, payload: unknown): Ne
     timeoutMs: options.timeoutMs,
     delivery: options.delivery,
     idempotencyKey: input.idempotencyKey ?? null,
+    concurrencyKey: input.concurrency?.key ?? null,
+    concurrencyLimit: input.concurrency?.limit ?? null,
+    priority: input.priority ?? 0,
   };
 }
 

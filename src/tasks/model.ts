@@ -32,12 +32,16 @@ export interface Task {
   scheduledFor: Date | null;
   /** The terminal task this one replays (issue 15), or null. */
   replayOf: string | null;
+  /** Flow control (issue 16): the concurrency key and limit, or null. */
+  concurrency: { key: string; limit: number } | null;
+  priority: number;
 }
 
 /** The columns every task-returning statement selects, in `taskFromRow`'s shape. */
 export const TASK_COLUMNS = `id, tenant, queue, task, payload, status, run_at, created_at, updated_at,
   dispatched_at, started_at, finished_at, attempts, max_attempts, last_error, backoff_base_ms,
-  backoff_max_ms, timeout_ms, delivery, lease_epoch, idempotency_key, schedule_id, scheduled_for, replay_of`;
+  backoff_max_ms, timeout_ms, delivery, lease_epoch, idempotency_key, schedule_id, scheduled_for, replay_of,
+  concurrency_key, concurrency_limit, priority`;
 
 /**
  * TASK_COLUMNS for reads of `tasks` (unaliased): a task claimed but not
@@ -76,6 +80,9 @@ export interface TaskRow {
   schedule_id: string | null;
   scheduled_for: Date | null;
   replay_of: string | null;
+  concurrency_key?: string | null;
+  concurrency_limit?: number | null;
+  priority?: number | null;
 }
 
 export function taskFromRow(r: TaskRow): Task {
@@ -104,6 +111,11 @@ export function taskFromRow(r: TaskRow): Task {
     scheduleId: r.schedule_id === null ? null : String(r.schedule_id),
     scheduledFor: r.scheduled_for,
     replayOf: r.replay_of === null || r.replay_of === undefined ? null : String(r.replay_of),
+    concurrency:
+      r.concurrency_key === null || r.concurrency_key === undefined
+        ? null
+        : { key: r.concurrency_key, limit: Number(r.concurrency_limit) },
+    priority: Number(r.priority ?? 0),
   };
 }
 

@@ -16,6 +16,21 @@ export const CONSUMER_WALL_CLOCK_SECONDS = 900;
 export const MAX_EARLY_WAIT_SECONDS = 60;
 export const MAX_TIMEOUT_SECONDS = CONSUMER_WALL_CLOCK_SECONDS - MAX_EARLY_WAIT_SECONDS - 60;
 
+/**
+ * Flow control (issue 16): at most `limit` tasks of one tenant with one `key`
+ * run at once. The one place the bounds are defined (the API schema and the
+ * migration's checks say the same).
+ */
+export const CONCURRENCY_KEY_MAX_LENGTH = 256;
+export const CONCURRENCY_LIMIT_MAX = 1000;
+/** Priorities choose which of a tenant's tasks fill its fair share first. */
+export const PRIORITY_MIN = -10;
+export const PRIORITY_MAX = 10;
+export interface ConcurrencyInput {
+  key: string;
+  limit: number;
+}
+
 export interface TaskOptionsInput {
   maxAttempts?: number;
   /** Seconds. */
@@ -23,6 +38,9 @@ export interface TaskOptionsInput {
   /** Seconds. */
   timeout?: number;
   delivery?: Delivery;
+  concurrency?: ConcurrencyInput;
+  /** PRIORITY_MIN..PRIORITY_MAX, default 0. */
+  priority?: number;
 }
 
 export interface TaskOptions {

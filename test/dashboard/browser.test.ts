@@ -145,6 +145,68 @@ describe('the dashboard in Chromium', () => {
     await page.close();
   });
 
+  it('replays a dead task from its detail; the replay opens, links its original and succeeds', async () => {
+    // An http task whose only attempt times out on a held hook: dead. Released, the hook answers 200.
+    const hold = `/hook/hold/${crypto.randomUUID()}`;
+    const task = await acme.tasks.enqueue({ task: 'http', payload: { url: `${inject('receiverUrl')}${hold}` }, maxAttempts: 1, timeout: 0.5 });
+    const waiting = await acme.tasks.enqueue({ task: 'noop', delay: 3600 });
+    const page = await signedIn(acmeKey);
+    // Not finished: no Replay (the API would answer 409).
+    await page.goto(`${dev.url}/dashboard/#/task/${waiting.id}`);
+    await page.getByRole('button', { name: 'Cancel this task' }).waitFor();
+    expect(await page.getByRole('button', { name: 'Replay this task' }).count()).toBe(0);
+
+    await page.getByRole('link', { name: 'Dead tasks' }).click();
+    await row(page, task.id).waitFor({ timeout: 30_000 });
+    await fetch(`${inject('receiverUrl')}/_release?path=${encodeURIComponent(hold)}`, { method: 'POST' });
+    await page.getByRole('link', { name: `Open task ${task.id}` }).click();
+    await page.getByRole('heading', { name: `Task ${task.id}` }).waitFor();
+    // Keyboard: focus the button and press Enter.
+    await page.getByRole('button', { name: 'Replay this task' }).focus();
+    await page.keyboard.press('Enter');
+    await page.locator('[data-field=replayOf]').getByText(`task ${task.id}`).waitFor({ timeout: 20_000 });
+    const replayId = decodeURIComponent(new URL(page.url()).hash.replace('#/task/', ''));
+    expect(replayId).not.toBe(task.id);
+    await page.getByRole('heading', { name: `Task ${replayId}` }).waitFor();
+    expect(await page.locator('p.action-result').textContent()).toContain(`Replay of task ${task.id}`);
+    await page.locator('[data-region=task] .badge').getByText('succeeded').waitFor({ timeout: 30_000 });
+    expect(await acme.tasks.get(replayId)).toMatchObject({ status: 'succeeded', replayOf: task.id });
+    expect((await acme.tasks.get(task.id)).status).toBe('dead');
+    await shot(page, '15-replayed-task');
+    // The link leads back to the original.
+    await page.locator('[data-field=replayOf]').click();
+    await page.getByRole('heading', { name: `Task ${task.id}` }).waitFor();
+    await page.close();
+  });
+
+  it('runs a paused schedule now, and shows the error when that fails', async () => {
+    await acme.schedules.put('paused-report', { cron: '0 3 * * *', timezone: 'UTC', task: 'noop' });
+    await acme.schedules.pause('paused-report');
+    const page = await signedIn(acmeKey);
+    await page.getByRole('link', { name: 'Schedules' }).click();
+    await page.getByRole('link', { name: 'paused-report' }).click();
+    await page.getByRole('heading', { name: 'Next fire times' }).waitFor();
+    await page.getByRole('button', { name: 'Run now' }).focus();
+    await page.keyboard.press('Enter');
+    const said = page.locator('p.action-result');
+    await said.getByText(/Schedule paused-report ran now as task \d+/).waitFor({ timeout: 20_000 });
+    const runs = (await acme.schedules.runs('paused-report')).items;
+    expect(runs).toHaveLength(1);
+    expect(await said.getByRole('link').textContent()).toBe(`task ${runs[0]!.id}`);
+    await fetch(`${dev.url}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
+    await row(page, runs[0]!.id).getByText('succeeded').waitFor({ timeout: 30_000 });
+    expect((await acme.schedules.get('paused-report')).enabled).toBe(false);
+    await shot(page, '16-schedule-run-now');
+
+    // Gone behind the page's back: Run now fails with a message, not a blank.
+    await acme.schedules.delete('paused-report');
+    await page.getByRole('button', { name: 'Run now' }).click();
+    await said.getByText(/Run schedule paused-report now failed: .*404/).waitFor({ timeout: 20_000 });
+    expect(await said.getAttribute('class')).toContain('error');
+    await shot(page, '17-run-now-failed');
+    await page.close();
+  });
+
   it('pauses and resumes a schedule', async () => {
     await acme.schedules.put('nightly-report', { cron: '0 3 * * *', timezone: 'Europe/Paris', task: 'noop' });
     const page = await signedIn(acmeKey);
@@ -226,6 +288,37 @@ describe('the dashboard in Chromium', () => {
     const page = await signedIn(acmeKey);
     expect(await page.getByRole('link', { name: 'Keys and tenants' }).count()).toBe(0);
     await expect(acme.admin.listKeys()).rejects.toMatchObject({ status: 401 });
+    await page.close();
+  });
+
+  // Last: its tenant's key would change the admin test's key count.
+  it('replays every dead task created before the view was loaded, and says how many', async () => {
+    const bulkKey = (await admin.admin.createKey('bulk')).key;
+    const bulk = createClient({ baseUrl: dev.url, key: bulkKey });
+    const gone = () => bulk.tasks.enqueue({ task: 'http', payload: { url: `${inject('receiverUrl')}/hook/gone/${crypto.randomUUID()}` } });
+    const deadIds = async () => (await bulk.tasks.list({ status: 'dead', limit: 100 })).items.map((t) => t.id);
+    const before = [await gone(), await gone(), await gone()].map((t) => t.id);
+    await expect.poll(deadIds, { timeout: 30_000 }).toHaveLength(3);
+
+    const page = await signedIn(bulkKey);
+    await page.getByRole('link', { name: 'Dead tasks' }).click();
+    for (const id of before) await row(page, id).waitFor();
+    // Dead after the view was loaded: not matched by this view's bulk replay.
+    const late = await gone();
+    await expect.poll(deadIds, { timeout: 30_000 }).toContain(late.id);
+
+    await page.getByRole('button', { name: 'Replay all dead' }).click();
+    await page.getByText(/Replay every dead task created before/).waitFor();
+    await shot(page, '18-bulk-replay-confirm');
+    // The confirmation has the focus: Enter confirms.
+    // Runs in the page (no DOM types in this project's Node tsconfig).
+    const focusedText = () => (globalThis as unknown as { document: { activeElement: { textContent: string | null } | null } }).document.activeElement?.textContent;
+    expect(await page.evaluate(focusedText)).toBe('Replay them');
+    await page.keyboard.press('Enter');
+    await page.getByText('Replayed 3 dead tasks.').waitFor({ timeout: 20_000 });
+    const all = (await bulk.tasks.list({ limit: 100 })).items;
+    expect(all.filter((t) => t.replayOf !== null).map((t) => t.replayOf).sort()).toEqual([...before].sort());
+    await shot(page, '19-bulk-replayed');
     await page.close();
   });
 });

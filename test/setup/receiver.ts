@@ -1,8 +1,9 @@
 // A webhook receiver for end-to-end tests of the built-in http task: records
 // every request, answers by path (/hook/ok/*: 200, /hook/busy/*: 503 with
 // Retry-After: 1, /hook/gone/*: 404, /hook/hold/*: 200 once released by
-// POST /_release?path=..., or after 30 s), and reports what it received at
-// GET /_deliveries?path=...
+// POST /_release?path=..., or after 30 s; /hook/slow/*: 200 after 150 ms),
+// and reports what it received at GET /_deliveries?path=... and the most
+// requests of one path it had in flight at once at GET /_overlap?path=...
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
@@ -17,6 +18,8 @@ export async function startReceiver(): Promise<{ url: string; close(): Promise<v
   const deliveries: Delivery[] = [];
   const held = new Map<string, (() => void)[]>();
   const released = new Set<string>();
+  const inFlight = new Map<string, number>();
+  const peak = new Map<string, number>();
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -25,6 +28,11 @@ export async function startReceiver(): Promise<{ url: string; close(): Promise<v
       if (url.pathname === '/_deliveries') {
         const path = url.searchParams.get('path');
         res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(deliveries.filter((d) => d.path === path)));
+        return;
+      }
+      if (url.pathname === '/_overlap') {
+        const path = url.searchParams.get('path') ?? '';
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ peak: peak.get(path) ?? 0 }));
         return;
       }
       if (url.pathname === '/_release') {
@@ -45,6 +53,15 @@ export async function startReceiver(): Promise<{ url: string; close(): Promise<v
         };
         const timer = setTimeout(answer, 30_000);
         held.set(url.pathname, [...(held.get(url.pathname) ?? []), answer]);
+      } else if (url.pathname.startsWith('/hook/slow/')) {
+        const path = url.pathname;
+        const now = (inFlight.get(path) ?? 0) + 1;
+        inFlight.set(path, now);
+        peak.set(path, Math.max(peak.get(path) ?? 0, now));
+        setTimeout(() => {
+          inFlight.set(path, (inFlight.get(path) ?? 1) - 1);
+          res.writeHead(200).end('ok');
+        }, 150);
       } else if (url.pathname.startsWith('/hook/busy/')) res.writeHead(503, { 'retry-after': '1' }).end('busy');
       else if (url.pathname.startsWith('/hook/gone/')) res.writeHead(404).end('no such hook');
       else res.writeHead(200).end('ok');

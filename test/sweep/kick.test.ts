@@ -56,7 +56,7 @@ describe('the dispatch kick', () => {
     await setQueuePaused(t.db, { queue: 'fair', paused: false });
     const order: string[] = [];
     for (;;) {
-      const claimed = await claimTasks(t.db, { now: T0, queue: 'fair', limit: 10, claimedBy: 'test', leaseSeconds: 60 });
+      const { claimed } = await claimTasks(t.db, { now: T0, queue: 'fair', limit: 10, claimedBy: 'test', leaseSeconds: 60 });
       if (claimed.length === 0) break;
       const rows = await t.db.query<{ id: string; tenant: string }>('select id, tenant from tasks where id = any($1::bigint[])', [claimed.map((c) => c.id)]);
       const tenantOf = new Map(rows.map((r) => [String(r.id), r.tenant]));

@@ -138,11 +138,13 @@ describe('bounds', () => {
     for (let i = 0; i < bodies.length; i += 100) await hc.consume(bodies.slice(i, i + 100), { now: T0 });
     // One start and one finish per Queue batch of up to 100.
     expect(counted.counts.byName).toEqual({ tasks_start_if_claimed: 3, tasks_finish_if_running: 3 });
-    // reap, due schedules, promote, list queues, one claim of 250 (< the batch of 500), one mark, purge
+    // reap, due schedules, promote, wake parked tasks of keys with room (issue 16),
+    // list queues, one claim of 250 (< the batch of 500), one mark, purge
     expect(sweepCounts).toEqual({
       tasks_reap_expired: 1,
       schedules_lock_due: 1,
       tasks_promote_due: 1,
+      tasks_wake_parked: 1,
       queues_list_claimable: 1,
       tasks_claim_runnable: 1,
       dispatch_marks_insert: 1,

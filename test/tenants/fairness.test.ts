@@ -20,7 +20,7 @@ beforeEach(async () => {
 async function claimOrder(queue: string, limit = 100, max = Infinity): Promise<string[]> {
   const order: string[] = [];
   for (;;) {
-    const claimed = await claimTasks(t.db, { now: T0, queue, limit, claimedBy: 'fairness', leaseSeconds: 60, claimToken: crypto.randomUUID() });
+    const { claimed } = await claimTasks(t.db, { now: T0, queue, limit, claimedBy: 'fairness', leaseSeconds: 60 });
     if (claimed.length === 0 || order.length >= max) return order;
     const rows = await t.db.query<{ id: string; tenant: string }>('select id, tenant from tasks where id = any($1::bigint[])', [
       claimed.map((c) => c.id),

@@ -21,6 +21,7 @@ import type {
   TaskInput,
   TaskStatus,
   MinuteStats,
+  ConcurrencySlot,
 } from './types.ts';
 
 export type * from './types.ts';
@@ -201,6 +202,11 @@ export function createClient(options: ClientOptions) {
     list: async () => (await call<{ queues: QueueStats[] }>('GET', '/v1/queues')).body.queues,
   };
 
+  /** Flow control: a concurrency key's running count, limit and waiting tasks (ApiError 404 for an unknown key). */
+  const concurrency = {
+    get: async (key: string) => (await call<ConcurrencySlot>('GET', `/v1/concurrency/${seg(key)}`)).body,
+  };
+
   const stats = {
     /** Per queue and minute over the last `minutes` (default 60): finished by outcome, due-to-start p50/p99. */
     finished: async (minutes?: number) =>
@@ -232,7 +238,7 @@ export function createClient(options: ClientOptions) {
 
   const health = async () => (await call<{ ok: boolean }>('GET', '/healthz')).body;
 
-  return { tasks, schedules, queues, signingSecret, stats, admin, health };
+  return { tasks, schedules, queues, concurrency, signingSecret, stats, admin, health };
 }
 
 export type Client = ReturnType<typeof createClient>;

@@ -22,6 +22,28 @@ interface TaskOptions {
   /** Seconds per attempt, up to 900 (default 30). */
   timeout?: number;
   delivery?: Delivery;
+  /**
+   * At most `limit` (1-1,000) of the tenant's tasks with this `key` (1-256
+   * characters) run at once; the most recently enqueued task's limit applies.
+   */
+  concurrency?: Concurrency;
+  /** -10 to 10 (default 0): higher first within the tenant's fair share, never more than the share. */
+  priority?: number;
+}
+
+export interface Concurrency {
+  key: string;
+  limit: number;
+}
+
+/** `GET /v1/concurrency/:key`. */
+export interface ConcurrencySlot {
+  key: string;
+  /** Tasks of this key claimed (including claimed early) or started, not finished. */
+  running: number;
+  limit: number;
+  /** Due tasks of this key waiting for a slot. */
+  waiting: number;
 }
 
 /** The body of `POST /v1/tasks` (and each item of a batch). */
@@ -66,6 +88,8 @@ export interface Task {
   scheduledFor: string | null;
   /** The terminal task this one replays. */
   replayOf: string | null;
+  concurrency: Concurrency | null;
+  priority: number;
   /** The idempotency key was already spent: this is the existing task. */
   deduplicated?: boolean;
 }
@@ -121,6 +145,8 @@ export interface Schedule {
   backoff: Backoff;
   timeout: number;
   delivery: Delivery;
+  concurrency: Concurrency | null;
+  priority: number;
   misfire: Misfire;
   misfireGrace: number;
   catchUpLimit: number;

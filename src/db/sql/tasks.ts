@@ -55,6 +55,11 @@ export interface NewTask {
   timeoutMs: number;
   delivery: Delivery;
   idempotencyKey: string | null;
+  /** Flow control (issue 16): at most `concurrencyLimit` running tasks of this tenant with this key. */
+  concurrencyKey: string | null;
+  concurrencyLimit: number | null;
+  /** -10..10: which of the tenant's tasks fills its fair share first. */
+  priority: number;
 }
 
 export interface WrittenTask extends Task {
@@ -90,6 +95,12 @@ export interface WrittenTask extends Task {
  * refused. It reads without locking: concurrent enqueues of one tenant do not
  * see each other's uncommitted rows, so together they may overshoot the limit
  * by at most what all but one of them add (README, Quotas).
+ *
+ * Concurrency keys (issue 16, guard `slot_limits`): the batch writes each
+ * key's limit to its concurrency_slots row (the last item of the batch with
+ * that key wins, and a later enqueue overrides an earlier one: the most
+ * recent task's limit applies). It locks those slot rows, in (tenant, key)
+ * order like every statement that takes them.
  */
 /** The insert shared by both enqueue statements, up to its conflict clause. */
 const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as now),
@@ -111,9 +122,10 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
    input as (
      select i.*, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
      from unnest($4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::bigint[], $9::int[], $10::int[],
-                 $11::int[], $12::int[], $13::text[], $14::text[])
+                 $11::int[], $12::int[], $13::text[], $14::text[], $18::text[], $19::int[], $20::int[])
           with ordinality as i(queue, task, payload, run_at, delay_ms, max_attempts, backoff_base_ms,
-                               backoff_max_ms, timeout_ms, delivery, idempotency_key, ord),
+                               backoff_max_ms, timeout_ms, delivery, idempotency_key, concurrency_key,
+                               concurrency_limit, priority, ord),
           clock, pending_quota,
           lateral (select coalesce(i.run_at, clock.now + coalesce(i.delay_ms, 0) * interval '1 millisecond') as due_at) d
      where pending_quota.ok and not exists (select 1 from spent_idempotency_keys s
@@ -128,6 +140,13 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
      where not exists (select 1 from queues q where q.name = i.queue)
      order by i.queue
      on conflict do nothing
+   ),
+   slot_limits as (
+     insert into concurrency_slots as s (tenant, key, max_running)
+     select distinct on (i.concurrency_key) $2::text, i.concurrency_key, i.concurrency_limit
+     from input i where i.concurrency_key is not null
+     order by i.concurrency_key, i.ord desc
+     on conflict (tenant, key) do update set max_running = excluded.max_running, updated_at = now()
    ),
    runnable_counts as (
      select queue, count(*)::double precision as n from input where runnable group by queue
@@ -154,10 +173,11 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
    )
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                            backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at,
-                           traceparent, tracestate)
+                           traceparent, tracestate, concurrency_key, concurrency_limit, priority)
    select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
           r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
-          r.idempotency_key, r.vtime, clock.now, clock.now, $16::text, $17::text
+          r.idempotency_key, r.vtime, clock.now, clock.now, $16::text, $17::text,
+          r.concurrency_key, r.concurrency_limit, r.priority
    from rows r, clock
    order by r.ord
 `;
@@ -172,6 +192,12 @@ const tasksInsertBatch = sql(
      vtime      = case when not ${NOT_STARTED} then t.vtime
                        when excluded.status = 'queued' then coalesce(t.vtime, excluded.vtime) end,
      status     = case when ${NOT_STARTED} then excluded.status else t.status end,
+     -- A waiting task takes the new flow control and is runnable again (an
+     -- early claim undone frees its old key's slot through the trigger).
+     concurrency_key   = case when ${NOT_STARTED} then excluded.concurrency_key else t.concurrency_key end,
+     concurrency_limit = case when ${NOT_STARTED} then excluded.concurrency_limit else t.concurrency_limit end,
+     priority   = case when ${NOT_STARTED} then excluded.priority else t.priority end,
+     parked     = case when ${NOT_STARTED} then false else t.parked end,
      -- reschedule_if_claimed_not_started: undo the early claim.
      lease_epoch      = case when ${CLAIMED_NOT_STARTED} then t.lease_epoch + 1 else t.lease_epoch end,
      attempts         = case when ${CLAIMED_NOT_STARTED} then t.attempts - 1 else t.attempts end,
@@ -227,6 +253,9 @@ export async function insertTasks(
     p.maxPendingTasks,
     p.trace?.traceparent ?? null,
     p.trace?.tracestate ?? null,
+    col('concurrencyKey'),
+    col('concurrencyLimit'),
+    col('priority'),
   ]);
   if (plain) {
     // Inserted in input order, so the ids ascend in that order.
@@ -334,7 +363,7 @@ const tasksPromoteDue = sql(
               as vtime
      from due d join fair f using (queue, tenant) join counts c using (queue, tenant)
    )
-   update tasks t set status = 'queued', vtime = r.vtime, updated_at = clock.now
+   update tasks t set status = 'queued', vtime = r.vtime, parked = false, updated_at = clock.now
    from ranked r, clock
    where t.id = r.id
    returning t.id`,
@@ -352,7 +381,7 @@ export async function promoteDueTasks(
 const queuesListClaimable = sql(
   'queues_list_claimable',
   `select q.name from queues q
-   where not q.paused and exists (select 1 from tasks t where t.queue = q.name and t.status = 'queued')
+   where not q.paused and exists (select 1 from tasks t where t.queue = q.name and t.status = 'queued' and not t.parked)
    order by q.name`,
 );
 
@@ -379,21 +408,100 @@ export interface ClaimedTask {
  * their run_at, and advances the queue's virtual clock, all in one statement.
  * Every task of the batch carries the batch's claim token, which the sweep's
  * dispatch mark names. A paused queue yields nothing.
+ *
+ * Priorities (issue 16, `best`): the lowest vtimes are the slots each tenant
+ * earned in this batch (`slots`); each tenant fills its k slots with its k
+ * best runnable tasks by priority, then due time (tasks_runnable_priority_idx,
+ * read only up to k per tenant). A chosen task takes a slot's vtime and a
+ * displaced one takes the chosen task's old vtime, so the tenant's vtimes,
+ * and with them its weighted share, are exactly what they were. With no
+ * priorities and tasks made runnable in due order, the best tasks are the
+ * slots themselves and nothing moves.
+ *
+ * Concurrency keys (issue 16, `slot_counts`): the chosen tasks' keys take
+ * their slots in one upsert per key, in (tenant, key) order. ON CONFLICT DO
+ * UPDATE locks the slot row and reads its latest committed count, so
+ * overlapping claims serialize per key and never grant more than
+ * `max_running`. Within a key the lowest vtimes get the granted slots; the
+ * rest are `parked` (out of the runnable index: later claims never re-read
+ * them, and the batch's other keys and tenants are claimed in the same
+ * statement). A freed slot wakes a parked task (migration 0016's trigger).
  */
 const tasksClaimRunnable = sql(
   'tasks_claim_runnable',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
-   picked as (
-     select t.id from tasks t
-     where t.status = 'queued' and t.queue = $2::text
+   slots as (
+     select t.id, t.tenant, t.vtime from tasks t
+     where t.status = 'queued' and not t.parked and t.queue = $2::text
        and not exists (select 1 from queues q where q.name = $2::text and q.paused)
      order by t.vtime, t.id
      limit $3::int
      for update of t skip locked
    ),
+   shares as (select tenant, count(*)::int as k from slots group by tenant),
+   best_locked as (
+     select b.* from shares s cross join lateral (
+       select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit from tasks t
+       where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
+       order by t.priority desc, t.run_at, t.id
+       limit s.k
+       for update of t skip locked) b
+   ),
+   best as (
+     select b.*, row_number() over (partition by b.tenant order by b.priority desc, b.run_at, b.id) as rank
+     from best_locked b
+   ),
+   slot_vtimes as (
+     select s.tenant, s.vtime, row_number() over (partition by s.tenant order by s.vtime, s.id) as rank from slots s
+   ),
+   picked as (
+     select b.id, b.tenant, b.concurrency_key, b.concurrency_limit, coalesce(v.vtime, b.vtime) as vtime
+     from best b left join slot_vtimes v on v.tenant = b.tenant and v.rank = b.rank
+   ),
+   displaced as (
+     select d.id, f.vtime from (
+       select s.id, s.tenant, row_number() over (partition by s.tenant order by s.vtime, s.id) as r
+       from slots s where s.id not in (select id from best)) d
+     join (
+       select b.tenant, b.vtime, row_number() over (partition by b.tenant order by b.vtime, b.id) as r
+       from best b where b.id not in (select id from slots)) f on f.tenant = d.tenant and f.r = d.r
+   ),
+   reordered as (
+     update tasks t set vtime = d.vtime, updated_at = clock.now
+     from displaced d, clock
+     where t.id = d.id
+   ),
+   wanted as (
+     select tenant, concurrency_key as key, count(*)::int as n, max(concurrency_limit) as max_running
+     from picked where concurrency_key is not null group by tenant, concurrency_key
+   ),
+   slot_counts as (
+     insert into concurrency_slots as s (tenant, key, max_running, running, granted)
+     select w.tenant, w.key, w.max_running, least(w.n, w.max_running), least(w.n, w.max_running)
+     from wanted w order by w.tenant, w.key
+     on conflict (tenant, key) do update set
+       granted = greatest(0, least((select w.n from wanted w where w.tenant = s.tenant and w.key = s.key),
+                                   s.max_running - s.running)),
+       running = s.running + greatest(0, least((select w.n from wanted w where w.tenant = s.tenant and w.key = s.key),
+                                               s.max_running - s.running)),
+       updated_at = now()
+     returning s.tenant, s.key, s.granted
+   ),
+   decided as (
+     select p.id, p.vtime, p.concurrency_key is null
+                  or row_number() over (partition by p.tenant, p.concurrency_key order by p.vtime, p.id)
+                     <= coalesce(g.granted, 0) as takes_slot
+     from picked p left join slot_counts g on g.tenant = p.tenant and g.key = p.concurrency_key
+   ),
+   parked as (
+     update tasks t set parked = true, vtime = d.vtime, updated_at = clock.now
+     from decided d, clock
+     where t.id = d.id and not d.takes_slot
+   ),
    claimed as (
      update tasks t set
        status = 'running',
+       vtime = d.vtime,
        attempts = t.attempts + 1,
        lease_epoch = t.lease_epoch + 1,
        claimed_by = $4::text,
@@ -402,8 +510,8 @@ const tasksClaimRunnable = sql(
        dispatched_at = null,
        started_at = null,
        updated_at = clock.now
-     from picked, clock
-     where t.id = picked.id
+     from decided d, clock
+     where t.id = d.id and d.takes_slot
      returning t.id, t.lease_epoch, t.run_at, t.vtime, t.traceparent,
                greatest(0, floor(extract(epoch from t.run_at - clock.now) * 1000))::bigint as delay_ms
    ),
@@ -412,30 +520,74 @@ const tasksClaimRunnable = sql(
      from (select max(vtime) as v from claimed) m
      where q.name = $2::text and m.v is not null
    )
-   select id, lease_epoch, run_at, delay_ms, traceparent from claimed order by vtime, id`,
+   (select id, lease_epoch, run_at, delay_ms, traceparent, null::int as parked from claimed order by vtime, id)
+   union all
+   -- How many were parked: the sweep keeps claiming while claimed + parked fill batches.
+   select null, null, null, null, null, (select count(*)::int from decided where not takes_slot)`,
 );
 
 export async function claimTasks(
   q: Queryable,
   p: { now?: Now; queue: string; limit: number; claimedBy: string; leaseSeconds: number; claimToken?: string },
-): Promise<ClaimedTask[]> {
+): Promise<{ claimed: ClaimedTask[]; parked: number }> {
   const claimToken = p.claimToken ?? crypto.randomUUID();
-  const rows = await q.query<{ id: string; lease_epoch: string; run_at: Date; delay_ms: string; traceparent: string | null }>(tasksClaimRunnable, [
-    at(p.now),
-    p.queue,
-    p.limit,
-    p.claimedBy,
-    p.leaseSeconds,
-    claimToken,
-  ]);
-  return rows.map((r) => ({
-    id: String(r.id),
-    epoch: Number(r.lease_epoch),
-    runAt: r.run_at,
-    delayMs: Number(r.delay_ms),
-    traceparent: r.traceparent,
-    claimToken,
-  }));
+  const rows = await q.query<{
+    id: string | null;
+    lease_epoch: string;
+    run_at: Date;
+    delay_ms: string;
+    traceparent: string | null;
+    parked: number | null;
+  }>(
+    tasksClaimRunnable,
+    [at(p.now), p.queue, p.limit, p.claimedBy, p.leaseSeconds, claimToken],
+  );
+  const claimed = rows
+    .filter((r) => r.id !== null)
+    .map((r) => ({
+      id: String(r.id),
+      epoch: Number(r.lease_epoch),
+      runAt: r.run_at,
+      delayMs: Number(r.delay_ms),
+      traceparent: r.traceparent,
+      claimToken,
+    }));
+  return { claimed, parked: Number(rows.find((r) => r.id === null)?.parked ?? 0) };
+}
+
+/**
+ * The safety net of the wake-ups (issue 16): makes parked tasks runnable
+ * again where their key has free slots, at most that many per key, lowest
+ * vtime first. A freed slot wakes one parked task in its own statement
+ * (migration 0016's trigger); this covers a raised limit and a wake that
+ * skipped a locked row. Waking too many is harmless: the claim parks what
+ * finds no slot. Reads the slot rows without locking them; locks the woken
+ * tasks with SKIP LOCKED.
+ */
+const tasksWakeParked = sql(
+  'tasks_wake_parked',
+  `with room as (
+     select s.tenant, s.key, s.max_running - s.running as free from concurrency_slots s
+     where s.running < s.max_running
+       and exists (select 1 from tasks p where p.status = 'queued' and p.parked
+                   and p.tenant = s.tenant and p.concurrency_key = s.key)
+     order by s.tenant, s.key
+     limit $1::int
+   ),
+   woken as (
+     select w.id from room r cross join lateral (
+       select p.id from tasks p
+       where p.status = 'queued' and p.parked and p.tenant = r.tenant and p.concurrency_key = r.key
+       order by p.vtime, p.id
+       limit r.free
+       for update skip locked) w
+   )
+   update tasks t set parked = false from woken w where t.id = w.id
+   returning t.id`,
+);
+
+export async function wakeParkedTasks(q: Queryable, p: { keys: number }): Promise<number> {
+  return (await q.query(tasksWakeParked, [p.keys])).length;
 }
 
 /** A fenced write that found the task no longer held at the expected epoch. */

@@ -40,6 +40,8 @@ export function scheduleJson(s: Schedule) {
     backoff: { base: s.options.backoffBaseMs / 1000, max: s.options.backoffMaxMs / 1000 },
     timeout: s.options.timeoutMs / 1000,
     delivery: s.options.delivery,
+    concurrency: s.options.concurrency ?? null,
+    priority: s.options.priority ?? 0,
     misfire: s.misfire,
     misfireGrace: s.misfireGraceSeconds,
     catchUpLimit: s.catchUpLimit,

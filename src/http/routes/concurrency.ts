@@ -1,0 +1,40 @@
+// /v1/concurrency/{key}: how many of the caller's tasks hold a key's slots.
+import { createRoute, z } from '@hono/zod-openapi';
+import { getConcurrencySlot } from '../../db/sql/concurrency.ts';
+import { notFound } from '../../errors.ts';
+import { CONCURRENCY_KEY_MAX_LENGTH } from '../../tasks/options.ts';
+import type { App } from '../app.ts';
+import { commonErrors, json, notFoundError } from './common.ts';
+
+export const ConcurrencySlotSchema = z
+  .object({
+    key: z.string(),
+    running: z.int().openapi({ description: 'Tasks of this key claimed (including claimed early) or started, not finished.' }),
+    limit: z.int().openapi({ description: 'The limit of the most recently enqueued task with this key.' }),
+    waiting: z.int().openapi({ description: 'Due tasks of this key waiting for a slot.' }),
+  })
+  .openapi('ConcurrencySlot');
+
+const getSlotRoute = createRoute({
+  method: 'get',
+  path: '/v1/concurrency/{key}',
+  summary: "A concurrency key's running count and limit, for the caller's tenant",
+  request: {
+    params: z.object({
+      key: z
+        .string()
+        .min(1)
+        .max(CONCURRENCY_KEY_MAX_LENGTH)
+        .openapi({ param: { name: 'key', in: 'path' }, example: 'partner' }),
+    }),
+  },
+  responses: { 200: json(ConcurrencySlotSchema, 'The key'), ...commonErrors, ...notFoundError('concurrency key') },
+});
+
+export function registerConcurrencyRoutes(app: App): void {
+  app.openapi(getSlotRoute, async (c) => {
+    const slot = await getConcurrencySlot(c.env.db, { tenant: c.var.tenant, key: c.req.valid('param').key });
+    if (!slot) throw notFound('concurrency key');
+    return c.json(slot, 200);
+  });
+}

@@ -1,0 +1,114 @@
+// Flow control over the API (issue 16): validation naming the field with
+// nothing stored, the task's options shown back, and a key's slots.
+import { beforeEach, describe, expect, it } from 'vitest';
+import { useTestDatabase, resetTables } from '../helpers/db.ts';
+import { createTestApi } from '../helpers/http.ts';
+import { createHarness } from '../helpers/harness.ts';
+
+const t = useTestDatabase();
+let api: ReturnType<typeof createTestApi>;
+const count = async () => (await t.db.query<{ n: number }>('select count(*)::int as n from tasks'))[0]!.n;
+
+beforeEach(async () => {
+  await resetTables(t.db);
+  api = createTestApi(t.db);
+});
+
+describe('concurrency option', () => {
+  const long = { key: 'k'.repeat(257), limit: 3 };
+  it.each([
+    [{ key: '', limit: 3 }, 'concurrency.key'],
+    [long, 'concurrency.key'],
+    [{ key: 'k', limit: 0 }, 'concurrency.limit'],
+    [{ key: 'k', limit: 1001 }, 'concurrency.limit'],
+    [{ key: 'k', limit: 2.5 }, 'concurrency.limit'],
+    [{ key: 'k' }, 'concurrency.limit'],
+    [{ key: 'k', limit: 3, extra: 1 }, 'concurrency.extra'],
+    [{ key: 'k\u0000', limit: 3 }, 'concurrency.key'],
+    [{ key: 'k\ud800', limit: 3 }, 'concurrency.key'],
+    ['partner', 'concurrency'],
+  ])('refuses %# with a 400 naming %s, storing nothing', async (concurrency, path) => {
+    const r = await api.admin('POST', '/v1/tasks', { body: { task: 'noop', concurrency } });
+    expect(r.status).toBe(400);
+    expect(r.body.error.details.map((d: { path: string }) => d.path)).toContain(path);
+    const batch = await api.admin('POST', '/v1/tasks/batch', { body: { tasks: [{ task: 'noop' }, { task: 'noop', concurrency }] } });
+    expect(batch.status).toBe(400);
+    expect(batch.body.error.details.map((d: { path: string }) => d.path)).toContain(`tasks.1.${path}`);
+    expect(await count()).toBe(0);
+    expect((await t.db.query('select 1 from concurrency_slots')).length).toBe(0);
+  });
+
+  it('accepts a key of 256 characters and limits 1 and 1,000, and shows them on the task', async () => {
+    for (const concurrency of [{ key: 'k'.repeat(256), limit: 1 }, { key: 'é🙂 /?#', limit: 1000 }]) {
+      const r = await api.admin('POST', '/v1/tasks', { body: { task: 'noop', delay: 60, concurrency } });
+      expect(r.status).toBe(201);
+      expect(r.body.concurrency).toEqual(concurrency);
+    }
+    const plain = await api.admin('POST', '/v1/tasks', { body: { task: 'noop', delay: 60 } });
+    expect(plain.body.concurrency).toBeNull();
+  });
+
+  it("GET /v1/concurrency/{key} shows the tenant's running count and limit, 404 for an unknown key or another tenant's", async () => {
+    const h = createHarness(t.db);
+    await h.enqueue(Array.from({ length: 5 }, () => ({ task: 'noop', concurrency: { key: 'partner/eu', limit: 2 } })));
+    await h.sweep();
+    const r = await api.admin('GET', `/v1/concurrency/${encodeURIComponent('partner/eu')}`, { tenant: 'acme' });
+    expect(r.status).toBe(200);
+    expect(r.body).toEqual({ key: 'partner/eu', running: 2, limit: 2, waiting: 3 });
+    expect((await api.admin('GET', '/v1/concurrency/partner%2Feu', { tenant: 'other' })).status).toBe(404);
+    expect((await api.admin('GET', '/v1/concurrency/nope', { tenant: 'acme' })).status).toBe(404);
+    expect((await api.call('GET', '/v1/concurrency/nope')).status).toBe(401);
+    expect((await api.admin('GET', `/v1/concurrency/${'k'.repeat(257)}`, { tenant: 'acme' })).status).toBe(400);
+  });
+});
+
+describe('concurrency on schedules and replays', () => {
+  it("a schedule's occurrences, and a replay, carry the schedule's or the original's concurrency", async () => {
+    const concurrency = { key: 'nightly', limit: 1 };
+    const put = await api.admin('PUT', '/v1/schedules/every-minute', {
+      tenant: 'acme',
+      body: { interval: 60, task: 'noop', concurrency },
+    });
+    expect(put.status).toBe(201);
+    expect(put.body.concurrency).toEqual(concurrency);
+    const bad = await api.admin('PUT', '/v1/schedules/bad', {
+      tenant: 'acme',
+      body: { interval: 60, task: 'noop', concurrency: { key: 'x', limit: 0 } },
+    });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.details.map((d: { path: string }) => d.path)).toEqual(['concurrency.limit']);
+
+    const h = createHarness(t.db);
+    const later = new Date(Date.now() + 3 * 60_000);
+    await h.sweep({ now: later });
+    const rows = await t.db.query<{ concurrency_key: string; concurrency_limit: number; status: string }>(
+      `select concurrency_key, concurrency_limit, status from tasks where schedule_id is not null order by id`,
+    );
+    expect(rows.length).toBeGreaterThanOrEqual(1);
+    expect(rows.every((r) => r.concurrency_key === 'nightly' && r.concurrency_limit === 1)).toBe(true);
+    // At most one of them holds the key's one slot.
+    expect(rows.filter((r) => r.status === 'running').length).toBeLessThanOrEqual(1);
+
+    const done = await api.admin('POST', '/v1/tasks', { tenant: 'acme', body: { task: 'noop', concurrency } });
+    await api.admin('DELETE', `/v1/tasks/${done.body.id}`, { tenant: 'acme' });
+    const replay = await api.admin('POST', `/v1/tasks/${done.body.id}/replay`, { tenant: 'acme', body: {} });
+    expect(replay.status).toBe(201);
+    expect(replay.body.concurrency).toEqual(concurrency);
+  });
+});
+
+describe('concurrency slots of withdrawn occurrences', () => {
+  it('replacing a schedule whose occurrence was claimed early gives the slot back', async () => {
+    const T = new Date('2026-12-01T12:00:00Z');
+    api.setNow(T);
+    const body = { interval: 60, task: 'noop', concurrency: { key: 'sched', limit: 1 } };
+    expect((await api.admin('PUT', '/v1/schedules/s', { tenant: 'acme', body })).status).toBe(201);
+    const h = createHarness(t.db);
+    await h.sweep({ now: new Date(T.getTime() + 30_000) });
+    const slot = async () => (await api.admin('GET', '/v1/concurrency/sched', { tenant: 'acme' })).body.running;
+    expect(await slot()).toBe(1);
+    api.setNow(new Date(T.getTime() + 31_000));
+    expect((await api.admin('PUT', '/v1/schedules/s', { tenant: 'acme', body: { ...body, interval: 120 } })).status).toBe(200);
+    expect(await slot()).toBe(0);
+  });
+});

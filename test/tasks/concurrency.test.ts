@@ -1,0 +1,204 @@
+// Flow control (issue 16): per-key concurrency limits, enforced by the claim
+// statement, freed by whatever takes a task out of `running`.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import type { Db } from '../../src/db/seam.ts';
+import { cancelTaskIfNotStarted, getTask } from '../../src/db/sql/tasks.ts';
+import { defineTask } from '../../src/handlers/registry.ts';
+import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
+import { createHarness, type Harness } from '../helpers/harness.ts';
+
+const t = useTestDatabase({ maxConnections: 20 });
+let h: Harness;
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+// Stands in for a 1 s call to a partner's API, scaled down: what matters is
+// that attempts overlap in real time across the concurrent consumers.
+const slowTask = defineTask('slow', z.object({}).default({}), async () => {
+  await pause(25);
+});
+
+beforeEach(async () => {
+  await resetTables(t.db);
+  h = createHarness(t.db, { handlers: [slowTask] });
+});
+
+/** The most tasks of one tenant's key that were ever running at once, replayed from the event log. */
+async function maxRunning(tenant: string, key: string): Promise<number> {
+  const rows = await t.db.query<{ peak: number | null }>(
+    `select max(level)::int as peak from (
+       select sum(case when e.to_status = 'running' then 1 when e.from_status = 'running' then -1 else 0 end)
+                over (order by e.seq) as level
+       from task_events e join tasks x on x.id = e.task_id
+       where x.tenant = $1::text and x.concurrency_key = $2::text
+         and (e.to_status = 'running' or e.from_status = 'running')
+     ) levels`,
+    [tenant, key],
+  );
+  return rows[0]!.peak ?? 0;
+}
+
+/** The slot counter agrees with the tasks actually running under the key. */
+async function expectSlotMatches(tenant: string, key: string): Promise<number> {
+  const [row] = await t.db.query<{ counted: number; actual: number }>(
+    `select (select running from concurrency_slots where tenant = $1::text and key = $2::text) as counted,
+            (select count(*)::int from tasks where tenant = $1::text and concurrency_key = $2::text and status = 'running') as actual`,
+    [tenant, key],
+  );
+  expect(row!.counted).toBe(row!.actual);
+  return row!.actual;
+}
+
+describe('concurrency limits', () => {
+  let extra: Db[] = [];
+  beforeAll(async () => {
+    extra = await Promise.all(Array.from({ length: 7 }, () => t.open({ maxConnections: 2 })));
+  });
+  afterAll(() => {
+    extra = [];
+  });
+
+  it('under 8 concurrent sweeps and consumers, 200 tasks of limit 3 never run more than 3 at once; another key queued behind them finishes first', async () => {
+    await h.enqueue(Array.from({ length: 200 }, () => ({ task: 'slow', concurrency: { key: 'partner', limit: 3 } })));
+    await h.enqueue(Array.from({ length: 100 }, () => ({ task: 'slow', concurrency: { key: 'other', limit: 50 } })));
+    // Another tenant's key of the same name has its own slots.
+    await h.enqueue(Array.from({ length: 20 }, () => ({ task: 'slow', concurrency: { key: 'partner', limit: 3 } })), {
+      tenant: 'beta',
+    });
+
+    const workers = [t.db, ...extra].map((db) => createHarness(db, { handlers: [slowTask] }));
+    const remaining = async () =>
+      (await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where finished_at is null`))[0]!.n;
+    await Promise.all(
+      workers.map(async (w) => {
+        for (let round = 0; round < 2000 && (await remaining()) > 0; round++) {
+          await w.sweep();
+          const sent = w.outbox.take();
+          if (sent.length > 0) await w.consume(sent.map((m) => m.body));
+          else await pause(5);
+        }
+      }),
+    );
+
+    const statuses = await t.db.query<{ status: string; n: number }>(`select status, count(*)::int as n from tasks group by status`);
+    expect(statuses).toEqual([{ status: 'succeeded', n: 320 }]);
+    expect(await maxRunning('acme', 'partner')).toBe(3);
+    expect(await maxRunning('beta', 'partner')).toBe(3);
+    expect(await maxRunning('acme', 'other')).toBeGreaterThan(3);
+    expect(await expectSlotMatches('acme', 'partner')).toBe(0);
+
+    // No head-of-line blocking: the other key and the other tenant are done
+    // before the saturated key has worked through a tenth of its backlog.
+    const [order] = await t.db.query<{ partner20: Date; other: Date; beta: Date }>(
+      `select (select finished_at from tasks where tenant = 'acme' and concurrency_key = 'partner'
+               order by finished_at offset 19 limit 1) as partner20,
+              (select max(finished_at) from tasks where concurrency_key = 'other') as other,
+              (select max(finished_at) from tasks where tenant = 'beta') as beta`,
+    );
+    expect(order!.other.getTime()).toBeLessThanOrEqual(order!.partner20.getTime());
+    expect(order!.beta.getTime()).toBeLessThanOrEqual(order!.partner20.getTime());
+  }, 120_000);
+
+  it('parks the tasks over the limit out of the runnable index; a finish frees its slot and wakes one', async () => {
+    await h.enqueue(Array.from({ length: 5 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 2 } })), { now: T0 });
+    const first = await h.sweep({ now: T0 });
+    expect(first.claimed).toBe(2);
+    const parked = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where parked and status = 'queued'`);
+    expect(parked[0]!.n).toBe(3);
+    expect(await expectSlotMatches('acme', 'k')).toBe(2);
+    // A second sweep claims nothing: the parked tasks are not even picked.
+    expect((await h.sweep({ now: at(1) })).claimed).toBe(0);
+
+    await h.consume(h.outbox.take().map((m) => m.body), { now: at(2) });
+    expect(await expectSlotMatches('acme', 'k')).toBe(0);
+    const woken = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where not parked and status = 'queued'`);
+    expect(woken[0]!.n).toBe(2);
+    expect((await h.sweep({ now: at(3) })).claimed).toBe(2);
+    await h.drain({ now: at(4) });
+    await h.drain({ now: at(5) });
+    expect(await expectSlotMatches('acme', 'k')).toBe(0);
+    const done = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status = 'succeeded'`);
+    expect(done[0]!.n).toBe(5);
+  });
+
+  it('one sweep claims past full batches of parked tasks to the other keys behind them', async () => {
+    const small = createHarness(t.db, { handlers: [slowTask], config: { sweepBatchSize: 10 } });
+    await small.enqueue(Array.from({ length: 30 }, () => ({ task: 'slow', concurrency: { key: 'busy', limit: 1 } })), { now: T0 });
+    await small.enqueue(Array.from({ length: 5 }, () => ({ task: 'slow' })), { now: T0 });
+    const c = await small.sweep({ now: T0 });
+    expect(c.claimed).toBe(6);
+    // Later sweeps do not re-read the parked backlog: nothing is left to pick.
+    const plan = await t.db.query<{ n: number }>(
+      `select count(*)::int as n from tasks where status = 'queued' and not parked`,
+    );
+    expect(plan[0]!.n).toBe(0);
+  });
+
+  it('crashes and lost leases never leak a slot: the reaper gives it back, and the limit holds throughout', async () => {
+    await h.enqueue(Array.from({ length: 6 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 2 } })), { now: T0 });
+    await h.sweep({ now: T0 });
+    // The consumer that got these never reports (crashed after the start).
+    const lostMessages = h.outbox.take();
+    expect(lostMessages).toHaveLength(2);
+    await h.consume([], { now: at(1) });
+    expect((await h.sweep({ now: at(10) })).claimed).toBe(0);
+    expect(await expectSlotMatches('acme', 'k')).toBe(2);
+
+    // Past the dispatch lease: the reaper spends the attempts (retry later),
+    // frees both slots, and the two next tasks are claimed in the same sweep.
+    const later = at(h.config.dispatchLeaseSeconds + 60);
+    const reaped = await h.sweep({ now: later });
+    expect(reaped.reaped.retried).toBe(2);
+    expect(reaped.claimed).toBe(2);
+    expect(await expectSlotMatches('acme', 'k')).toBe(2);
+
+    // Claims given back (a failed send) free their slots too.
+    await h.consume(h.outbox.take().map((m) => m.body), { now: later });
+    const failing = await h.sweep({
+      now: later,
+      sender: { sendBatch: async () => { throw new Error('queue down'); } },
+    }).catch((e: Error) => e);
+    expect(failing).toBeInstanceOf(Error);
+    expect(await expectSlotMatches('acme', 'k')).toBe(0);
+
+    // Everything still finishes, the old messages are skipped as stale.
+    for (let i = 0; i < 10; i++) {
+      const now = at(3600 * (i + 1));
+      await h.drain({ now });
+      await h.consume(lostMessages.map((m) => m.body), { now });
+      expect(await expectSlotMatches('acme', 'k')).toBeLessThanOrEqual(2);
+    }
+    const done = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status = 'succeeded'`);
+    expect(done[0]!.n).toBe(6);
+    expect(await maxRunning('acme', 'k')).toBe(2);
+    expect(await expectSlotMatches('acme', 'k')).toBe(0);
+  });
+
+  it('cancelling or rescheduling a task claimed early frees its slot', async () => {
+    const [a, b, c] = await h.enqueue(
+      ['a', 'b', 'c'].map((key) => ({ task: 'slow', delay: 30, idempotencyKey: key, concurrency: { key: 'k', limit: 2 } })),
+      { now: T0 },
+    );
+    await h.sweep({ now: T0 });
+    expect(await expectSlotMatches('acme', 'k')).toBe(2);
+    expect((await getTask(t.db, 'acme', c!.task!.id))!.status).toBe('queued');
+
+    await cancelTaskIfNotStarted(t.db, { now: at(1), tenant: 'acme', id: a!.task!.id });
+    expect(await expectSlotMatches('acme', 'k')).toBe(1);
+    await h.enqueue({ task: 'slow', delay: 600, idempotencyKey: 'b', concurrency: { key: 'k', limit: 2 } }, { now: at(2) });
+    expect(await expectSlotMatches('acme', 'k')).toBe(0);
+    expect((await getTask(t.db, 'acme', b!.task!.id))!.status).toBe('scheduled');
+    // The parked one was woken and is claimed next.
+    expect((await h.sweep({ now: at(3) })).claimed).toBe(1);
+    expect(await expectSlotMatches('acme', 'k')).toBe(1);
+  });
+
+  it('the most recent task sets the limit; a raised limit wakes parked tasks at the next sweep', async () => {
+    await h.enqueue(Array.from({ length: 5 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 1 } })), { now: T0 });
+    expect((await h.sweep({ now: T0 })).claimed).toBe(1);
+    await h.enqueue({ task: 'slow', delay: 3600, concurrency: { key: 'k', limit: 4 } }, { now: at(1) });
+    const [slot] = await t.db.query<{ max_running: number }>(`select max_running from concurrency_slots where key = 'k'`);
+    expect(slot!.max_running).toBe(4);
+    expect((await h.sweep({ now: at(2) })).claimed).toBe(3);
+    expect(await expectSlotMatches('acme', 'k')).toBe(4);
+  });
+});
