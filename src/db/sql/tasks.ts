@@ -289,6 +289,9 @@ export async function insertTasks(
           schedule_id: null,
           scheduled_for: null,
           replay_of: null,
+          concurrency_key: input.concurrencyKey,
+          concurrency_limit: input.concurrencyLimit,
+          priority: input.priority,
         }),
         created: true,
       };
