@@ -6,6 +6,7 @@ import { countStatements, type Db } from '../src/db/seam.ts';
 import { setTenantWeight } from '../src/db/sql/tenants.ts';
 import { consumeBatch } from '../src/consume/consume.ts';
 import { dispatchRunnable, sweepOnce, type TaskMessage } from '../src/sweep/sweep.ts';
+import { claimTasks, finishTasks, markDispatched, startTasks } from '../src/db/sql/tasks.ts';
 import { enqueueTasks, type TaskInput } from '../src/tasks/enqueue.ts';
 import {
   BENCH_TENANT,
@@ -129,7 +130,7 @@ export async function projectDrain(ctx: Ctx, finishedRows: number): Promise<Drai
   const open = async () => timeStatements(await openProjectDb(url, ctx.proxy), times);
   const sweepDbs = await Promise.all(Array.from({ length: s.sweepers }, open));
   const consumerDbs = await Promise.all(Array.from({ length: s.consumers }, open));
-  const before = await snapshot(url, ['public.tasks']);
+  const before = await snapshot(url, ['public.tasks', 'public.dispatch_marks']);
   const sampler = await sampleWaits(ctx.server.url, databaseOf(url));
   const handoff = createHandoff();
   const cpu0 = ctx.cpu();
@@ -155,7 +156,7 @@ export async function projectDrain(ctx: Ctx, finishedRows: number): Promise<Drai
   const waits = await sampler.stop();
   await Promise.all([...sweepDbs, ...consumerDbs].map((d) => d.close()));
   await sleep(200);
-  const after = await snapshot(url, ['public.tasks']);
+  const after = await snapshot(url, ['public.tasks', 'public.dispatch_marks']);
   const finished = await countTasks(url, `status = 'succeeded' and tenant = '${BENCH_TENANT}'`);
   if (finished !== s.tasks) throw new Error(`${name}: ${finished} of ${s.tasks} tasks succeeded`);
   const rest = await countTasks(url, `tenant = '${BENCH_TENANT}' and status <> 'succeeded'`);
@@ -429,4 +430,62 @@ export async function projectFairness(ctx: Ctx): Promise<FairnessResult> {
       idealGap: sum / weights.small!,
     },
   };
+}
+
+// ---------------------------------------------------------------------------
+// 9. Fenced writes with many tasks running (issue 12)
+
+export interface FencedResult {
+  running: number;
+  rounds: number;
+  /** Wall-clock milliseconds of the fenced start and fenced finish of 100 claimed tasks, median over the rounds. */
+  startMs: number;
+  finishMs: number;
+  totalMs: number;
+}
+
+/**
+ * The fenced start and finish of 100 claimed tasks, `rounds` times, after
+ * `running` other tasks were claimed and marked dispatched and left running
+ * (long tasks in flight). Statistics are taken before those claims, while
+ * nothing ran, which is when the planner once read every running task.
+ */
+export async function projectFencedWrites(ctx: Ctx, running: number, rounds = 20): Promise<FencedResult> {
+  const url = await freshProjectDatabase(ctx, `bench_project_fenced_${running}`);
+  const db = await openProjectDb(url, ctx.proxy);
+  const batch = 100;
+  try {
+    await enqueueAll(db, noopInputs(running + rounds * batch), ctx.settings.batchSize);
+    await withClient(url, (c) => c.query('vacuum analyze tasks'));
+    const claim = async () => {
+      const claimToken = crypto.randomUUID();
+      const { claimed } = await claimTasks(db, { queue: 'default', limit: batch, claimedBy: 'bench-fenced', leaseSeconds: benchConfig.claimLeaseSeconds, claimToken });
+      await markDispatched(db, { claimTokens: [claimToken], tasks: claimed });
+      if (claimed.length !== batch) throw new Error(`fenced: claimed ${claimed.length}`);
+      return claimed;
+    };
+    for (let parked = 0; parked < running; parked += batch) await claim();
+    const starts: number[] = [];
+    const finishes: number[] = [];
+    const totals: number[] = [];
+    for (let r = 0; r < rounds; r++) {
+      const claimed = await claim();
+      const t0 = performance.now();
+      const { started } = await startTasks(db, { tasks: claimed, leaseGraceSeconds: benchConfig.leaseGraceSeconds });
+      const t1 = performance.now();
+      const { finished } = await finishTasks(db, {
+        results: claimed.map((c) => ({ id: c.id, epoch: c.epoch, outcome: 'succeeded' as const, error: null, retryDelayMs: null })),
+      });
+      const t2 = performance.now();
+      if (started.length !== batch || finished.length !== batch) throw new Error(`fenced: started ${started.length}, finished ${finished.length}`);
+      starts.push(t1 - t0);
+      finishes.push(t2 - t1);
+      totals.push(t2 - t0);
+    }
+    const n = await countTasks(url, `status = 'running'`);
+    if (n !== running) throw new Error(`fenced: ${n} running, expected ${running}`);
+    return { running, rounds, startMs: percentile(starts, 50), finishMs: percentile(finishes, 50), totalMs: percentile(totals, 50) };
+  } finally {
+    await db.close();
+  }
 }

@@ -23,6 +23,8 @@ import {
   projectFairness,
   projectLatency,
   projectStatements,
+  projectFencedWrites,
+  type FencedResult,
   type DrainResult,
   type FairnessResult,
   type LatencyResult,
@@ -238,6 +240,20 @@ try {
     });
   }
 
+  // 5b. Fenced writes with many tasks running -------------------------------------
+  if (phase('fenced') && has('project')) {
+    await attempt('fenced.project', async () => {
+      const describe = (r: FencedResult) => `start ${fmt2(r.startMs)} ms + finish ${fmt2(r.finishMs)} ms per 100 with ${fmtInt(r.running)} running`;
+      const none = await repeat('fenced start+finish of 100, none running: project', settings.reps, () => projectFencedWrites(ctx, 0), describe);
+      const many = await repeat(`fenced start+finish of 100, ${fmtInt(settings.fencedRunning)} running: project`, settings.reps, () => projectFencedWrites(ctx, settings.fencedRunning), describe);
+      F['fenced.project'] = {
+        none: { totalMs: summarize(none.map((r) => r.totalMs)), runs: none },
+        many: { totalMs: summarize(many.map((r) => r.totalMs)), runs: many },
+      };
+    });
+    await server.dropCreated();
+  }
+
   // 6. Fairness ------------------------------------------------------------------
   if (phase('fairness') && has('project')) {
     await attempt('fairness.project', async () => {
@@ -357,6 +373,42 @@ if (phase('drain')) {
     verdict: verdict(vsG === undefined || vsB === undefined ? undefined : vsG >= 1.5 && vsB >= 2),
   });
 }
+if (phase('drain')) {
+  // Per task, from Postgres itself: CPU of its processes, WAL, and the row
+  // versions written to the system's tables (updates: the share of them HOT).
+  const perTask = (key: string) => {
+    const runs = (F[key] as { runs?: (DrainResult | PeerDrainResult)[] } | undefined)?.runs ?? [];
+    if (runs.length === 0) return undefined;
+    const per = (f: (r: DrainResult | PeerDrainResult) => number) => summarize(runs.map((r) => f(r) / r.tasks)).median;
+    const sum = (r: DrainResult | PeerDrainResult, f: (t: { inserted: number; updated: number; hotUpdated: number; deleted: number }) => number) =>
+      Object.values(r.pg.tables).reduce((a, t) => a + f(t), 0);
+    return {
+      cpuUs: per((r) => r.cpu.postgres * 1e6),
+      walBytes: per((r) => r.pg.walBytes),
+      versions: per((r) => sum(r, (t) => t.inserted + t.updated)),
+      updates: per((r) => sum(r, (t) => t.updated)),
+      hot: summarize(runs.map((r) => sum(r, (t) => t.hotUpdated) / Math.max(1, sum(r, (t) => t.updated)))).median,
+    };
+  };
+  const cell = (key: string) => {
+    const p = perTask(key);
+    return p
+      ? `${fmtInt(p.cpuUs)} µs CPU, ${fmtInt(p.walBytes)} B WAL, ${fmt2(p.versions)} row versions (${fmt2(p.updates)} updates, ${fmtInt(p.hot * 100)}% HOT)`
+      : 'n/a';
+  };
+  const pp = perTask('drain.project');
+  const gp = perTask('drain.graphile-worker');
+  const cpuR = pp && gp ? pp.cpuUs / gp.cpuUs : undefined;
+  const walR = pp && gp ? pp.walBytes / gp.walBytes : undefined;
+  rows.push({
+    workload: '2b. per task in the drain: Postgres CPU, WAL, row versions (inserts + updates)',
+    project: cell('drain.project'),
+    pgboss: cell('drain.pg-boss'),
+    graphile: cell('drain.graphile-worker'),
+    target: `CPU <= 1x graphile (${x(cpuR)}), WAL <= 1.5x (${x(walR)})`,
+    verdict: verdict(cpuR === undefined || walR === undefined ? undefined : cpuR <= 1 && walR <= 1.5),
+  });
+}
 if (phase('latency')) {
   const L = (k: string) => get<{ p50: Summary; p95: Summary; p99: Summary }>(`latency.${k}`);
   const cell = (k: string) => {
@@ -398,6 +450,18 @@ if (phase('statements')) {
     graphile: '',
     target: '<= 5 end to end',
     verdict: verdict(st ? st.total.per100.statements <= 5 : undefined),
+  });
+}
+const fenced = get<{ none: { totalMs: Summary }; many: { totalMs: Summary } }>('fenced.project');
+if (phase('fenced')) {
+  const r = ratio(fenced?.many.totalMs, fenced?.none.totalMs);
+  rows.push({
+    workload: `5b. fenced start + finish of 100 (ms) with ${fmtInt(settings.fencedRunning)} running vs none`,
+    project: fenced ? `${range(fenced.many.totalMs, fmt2)} vs ${range(fenced.none.totalMs, fmt2)} (${x(r)})` : 'n/a',
+    pgboss: '',
+    graphile: '',
+    target: '<= 1.5x none',
+    verdict: verdict(r === undefined ? undefined : r <= 1.5),
   });
 }
 const fair = get<{ maxErrorPoints: Summary; gapP99: Summary; firstClaimAfter: Summary; runs: FairnessResult[] }>('fairness.project');

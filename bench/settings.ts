@@ -32,6 +32,7 @@ export const ALL_PHASES = [
   'latency',
   'drain-1m',
   'statements',
+  'fenced',
   'fairness',
   'ceiling',
   'bundle',
@@ -74,6 +75,8 @@ export interface Settings {
   pgbenchSeconds: number;
   fairnessBacklog: number;
   fairnessLate: number;
+  /** Tasks left running under the fenced-writes workload (issue 12). */
+  fencedRunning: number;
   systems: SystemName[];
   phases: PhaseName[];
   /** pg-boss work(): documented batch settings. */
@@ -111,6 +114,7 @@ export function readSettings(): Settings {
     pgbenchSeconds: int('BENCH_PGBENCH_SECONDS', 8, 1),
     fairnessBacklog: int('BENCH_FAIRNESS_BACKLOG', 3_000, 100),
     fairnessLate: int('BENCH_FAIRNESS_LATE', 300, 10),
+    fencedRunning: int('BENCH_RUNNING', 10_000, 100),
     systems: systems as SystemName[],
     phases: phases as PhaseName[],
     pgboss: {

@@ -57,7 +57,7 @@ export interface DispatchCounts {
   dispatched: number;
   /** Claims given back because the send failed. */
   released: number;
-  /** Dispatched marks that lost their fence (reported, not applied). */
+  /** Claimed tasks no longer held under their claim when the dispatch mark was written (reported, nothing applied). */
   lost: number;
 }
 
@@ -86,6 +86,12 @@ export function reportLostFences(log: Logger, step: string, lost: readonly LostF
 
 /** Cloudflare Queues take at most 100 messages per sendBatch. */
 export const QUEUE_SEND_LIMIT = 100;
+
+/**
+ * Dispatch marks are kept this long past every lease they could hold, so a
+ * reaper that fell behind (a sweep outage) still tells "sent" from "never sent".
+ */
+const MARK_REAPER_MARGIN_SECONDS = 3600;
 
 /** Claims one batch of a queue, sends it (in chunks the Queue accepts), marks it dispatched. */
 async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts & { parked: number }> {
@@ -127,7 +133,8 @@ export async function sendClaimed(deps: SweepDeps, queue: string, claimed: Claim
   }
   await faults('sweep.after_send', { queue, ids: claimed.map((c) => c.id) });
 
-  const lost = await markDispatched(db, { now, tasks: claimed, leaseSeconds: config.dispatchLeaseSeconds });
+  // One row per claimed batch, named by the token its tasks carry (one token per claim statement).
+  const lost = await markDispatched(db, { now, claimTokens: [...new Set(claimed.map((c) => c.claimToken))], tasks: claimed });
   reportLostFences(log, 'dispatch', lost);
   // Traced tasks (W3C trace context from their enqueue) get a line each, carrying the trace id.
   const lostIds = new Set(lost.map((l) => l.id));
@@ -220,7 +227,7 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     async reap(until) {
       const r = await drain(
         async () => {
-          const c = await reapExpiredLeases(db, { now, limit: config.reapBatchSize });
+          const c = await reapExpiredLeases(db, { now, limit: config.reapBatchSize, dispatchLeaseSeconds: config.dispatchLeaseSeconds });
           reaped.requeued += c.requeued;
           reaped.retried += c.retried;
           reaped.dead += c.dead;
@@ -268,7 +275,12 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     // 5. Purge one bounded batch of expired history per tick.
     async purge(until) {
       if (elapsed() >= until) return true;
-      const n = await purgeFinishedTasks(db, { now, retentionSeconds: config.retentionSeconds, limit: config.purgeBatchSize });
+      const n = await purgeFinishedTasks(db, {
+        now,
+        retentionSeconds: config.retentionSeconds,
+        limit: config.purgeBatchSize,
+        markRetentionSeconds: config.dispatchLeaseSeconds + config.lookaheadSeconds + MARK_REAPER_MARGIN_SECONDS,
+      });
       purged += n;
       if (config.spentKeyRetentionSeconds > 0) {
         spentKeysPurged += await purgeSpentKeys(db, {

@@ -43,6 +43,18 @@ export const TASK_COLUMNS = `id, tenant, queue, task, payload, status, run_at, c
   backoff_max_ms, timeout_ms, delivery, lease_epoch, idempotency_key, schedule_id, scheduled_for, replay_of,
   concurrency_key, concurrency_limit, priority`;
 
+/**
+ * TASK_COLUMNS for reads of `tasks` (unaliased): a task claimed but not
+ * started shows when its batch was handed to the Queue, from the batch's
+ * dispatch mark (migration 0015); every other row carries its own.
+ */
+export const TASK_COLUMNS_SHOWN = TASK_COLUMNS.replace(
+  'dispatched_at,',
+  `case when tasks.status = 'running' and tasks.started_at is null and tasks.dispatched_at is null
+     then (select m.dispatched_at from dispatch_marks m where m.claim_token = tasks.claim_token)
+     else tasks.dispatched_at end as dispatched_at,`,
+);
+
 export interface TaskRow {
   id: string;
   tenant: string;

@@ -3,6 +3,7 @@ import { inject } from 'vitest';
 import { loadMigrations } from '../../scripts/migrations.ts';
 import { openNodeDb } from '../../scripts/node-db.ts';
 import { migrate } from '../../src/db/migrate.ts';
+import { finishTasks, getTask, reapExpiredLeases, startTasks } from '../../src/db/sql/tasks.ts';
 import type { Db } from '../../src/db/seam.ts';
 import { databaseUrl } from '../setup/global.ts';
 
@@ -80,6 +81,57 @@ describe('migrate', () => {
     expect(tables).toEqual([]);
     const rows = await db.query<{ name: string }>('select name from schema_migrations order by name');
     expect(rows.map((r) => r.name)).toEqual(migrations.map((m) => m.name));
+    await db.close();
+  });
+
+  it('0015 (dispatch marks) carries over tasks in every status, and tasks marked the old way keep their dispatch lease', async () => {
+    const db = await emptyDb();
+    const migrations = await loadMigrations();
+    const at = migrations.findIndex((m) => m.name.startsWith('0015_'));
+    expect(at).toBeGreaterThan(0);
+    await migrate(db, migrations.slice(0, at));
+    const T0 = new Date('2026-12-01T12:00:00Z');
+    const s = (n: number) => new Date(T0.getTime() + n * 1000).toISOString();
+    // status, attempts, epoch, vtime, lease, dispatched, started, finished
+    const rows: [string, number, number, number | null, string | null, string | null, string | null, string | null][] = [
+      ['scheduled', 0, 0, null, null, null, null, null],
+      ['queued', 0, 0, 1, null, null, null, null],
+      ['running', 1, 1, 2, s(60), null, null, null], // claimed, never sent
+      ['running', 1, 1, 3, s(900), s(0), null, null], // sent, marked on the row
+      ['running', 1, 1, 4, s(100), s(0), s(1), null], // started
+      ['succeeded', 1, 1, 5, null, s(0), s(1), s(2)],
+      ['dead', 5, 5, 6, null, s(0), s(1), s(2)],
+      ['cancelled', 0, 0, null, null, null, null, s(2)],
+      ['missed', 0, 0, null, null, null, null, s(2)],
+    ];
+    for (const [status, attempts, epoch, vtime, lease, dispatched, started, finished] of rows) {
+      await db.query(
+        `insert into tasks (tenant, task, status, run_at, attempts, lease_epoch, vtime, claimed_by, lease_expires_at,
+                            dispatched_at, started_at, finished_at)
+         values ('acme', 'noop', $1::text, $2::timestamptz, $3::int, $4::bigint, $5::float8,
+                 case when $1::text = 'running' then 'old-sweep' end, $6::timestamptz, $7::timestamptz, $8::timestamptz, $9::timestamptz)`,
+        [status, T0, attempts, epoch, vtime, lease, dispatched, started, finished],
+      );
+    }
+    const snapshot = () => db.query(`select to_jsonb(t) - 'claim_token' as row from tasks t order by id`);
+    const before = await snapshot();
+    const result = await migrate(db, migrations.slice(0, at + 1));
+    expect(result.applied).toEqual([migrations[at]!.name]);
+    expect(await snapshot()).toEqual(before);
+    expect(await db.query(`select count(*)::int as n from tasks where claim_token is not null`)).toEqual([{ n: 0 }]);
+    await migrate(db, migrations); // the later ones too, then the runtime statements over the carried rows
+
+    // Past the claim lease: only the task never sent goes back (no attempt spent).
+    expect(await reapExpiredLeases(db, { now: new Date(s(61)), limit: 100, dispatchLeaseSeconds: 900 })).toEqual({ requeued: 1, retried: 0, dead: 0 });
+    expect(await getTask(db, 'acme', '3')).toMatchObject({ status: 'queued', attempts: 0 });
+    // The task marked the old way is still held, starts under its epoch and keeps its dispatch time.
+    const { started } = await startTasks(db, { now: new Date(s(62)), tasks: [{ id: '4', epoch: 1 }], leaseGraceSeconds: 30 });
+    expect(started.map((x) => [x.task.id, x.task.dispatchedAt])).toEqual([['4', new Date(s(0))]]);
+    const { finished } = await finishTasks(db, {
+      now: new Date(s(63)),
+      results: ['4', '5'].map((id) => ({ id, epoch: 1, outcome: 'succeeded' as const, error: null, retryDelayMs: null })),
+    });
+    expect(finished.map((f) => [f.id, f.status]).sort()).toEqual([['4', 'succeeded'], ['5', 'succeeded']]);
     await db.close();
   });
 });

@@ -23,7 +23,7 @@ describe('POST /v1/tasks/batch', () => {
     expect(r.status).toBe(201);
     expect(r.body.tasks).toHaveLength(1000);
     expect(r.body.tasks.map((x: { payload: { i: number } }) => x.payload.i)).toEqual(tasks.map((_, i) => i));
-    expect(counted.counts.byName).toEqual({ tasks_insert_batch: 1 });
+    expect(counted.counts.byName).toEqual({ tasks_insert_batch_plain: 1 });
     expect(await count()).toBe(1000);
   });
 

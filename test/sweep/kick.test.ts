@@ -39,7 +39,7 @@ describe('the dispatch kick', () => {
     const claims = counted.counts.byName.tasks_claim_runnable ?? 0;
     expect(claims).toBeGreaterThanOrEqual(1);
     expect(claims).toBeLessThanOrEqual(4);
-    expect(counted.counts.byName.tasks_insert_batch).toBe(50);
+    expect(counted.counts.byName.tasks_insert_batch_plain).toBe(50);
   });
 
   it('concurrent enqueues of two tenants keep fair shares', async () => {

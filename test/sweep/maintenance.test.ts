@@ -114,7 +114,7 @@ describe('bounds', () => {
     expect(Math.max(...batchSizes)).toBeLessThanOrEqual(40);
     // One claim statement and one dispatched mark per batch sent.
     expect(counted.counts.byName.tasks_claim_runnable).toBeGreaterThanOrEqual(batchSizes.length);
-    expect(counted.counts.byName.tasks_mark_dispatched_if_running).toBe(batchSizes.length);
+    expect(counted.counts.byName.dispatch_marks_insert).toBe(batchSizes.length);
   });
 
   it('costs a fixed number of statements per batch, whatever its size, sending in chunks of 100', async () => {
@@ -147,7 +147,7 @@ describe('bounds', () => {
       tasks_wake_parked: 1,
       queues_list_claimable: 1,
       tasks_claim_runnable: 1,
-      tasks_mark_dispatched_if_running: 1,
+      dispatch_marks_insert: 1,
       tasks_purge_finished: 1,
     });
   });

@@ -63,6 +63,21 @@ describe('cut off in the sweep', () => {
     expect(runs.get(id)).toBe(1);
   });
 
+  it('sent and marked but never started: held for the dispatch lease from its batch mark, then an attempt is spent', async () => {
+    const id = await enqueue();
+    await h.sweep({ now: T0 });
+    expect(h.outbox.take()).toHaveLength(1); // lost in transit
+    // The mark is the batch's row; reads show its time on the claimed task.
+    expect((await task(id))!.dispatchedAt).toEqual(T0);
+    // Past the claim lease (60 s), inside the dispatch lease (900 s): held.
+    for (const s of [61, 899]) expect((await h.sweep({ now: at(s) })).reaped).toEqual({ requeued: 0, retried: 0, dead: 0 });
+    expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 1 });
+    // Past it: sent and never reported, so the attempt counts (at-least-once:
+    // retried; the backoff is within the look-ahead, so the same sweep claims attempt 2).
+    expect((await h.sweep({ now: at(901) })).reaped).toEqual({ requeued: 0, retried: 1, dead: 0 });
+    expect(await task(id)).toMatchObject({ attempts: 2, leaseEpoch: 2, lastError: expect.stringContaining('lease expired') });
+  });
+
   it('S2 with the message lost: re-claimed under a new epoch; the old message arriving late is skipped', async () => {
     const id = await enqueue();
     await expect(h.sweep({ now: T0, faults: crashAt('sweep.after_send') })).rejects.toThrow(Crash);

@@ -429,7 +429,7 @@ describe('S8: the reaper racing a completion', () => {
     const other = await t.open({ maxConnections: 2 });
     const [finish, reaped] = await Promise.all([
       finishTasks(t.db, { now: late, results: bodies.map((b) => ({ ...b, outcome: 'succeeded' as const, error: null, retryDelayMs: null })) }),
-      reapExpiredLeases(other, { now: late, limit: n }),
+      reapExpiredLeases(other, { now: late, limit: n, dispatchLeaseSeconds: 900 }),
     ]);
     // Every task went one way: finished by its owner, or reaped (and that finish lost).
     expect(finish.finished.length + reaped.retried).toBe(n);

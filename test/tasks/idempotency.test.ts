@@ -20,6 +20,21 @@ beforeEach(async () => {
   h = createHarness(t.db);
 });
 
+describe('a batch without keys (the plain insert, answers built from the input)', () => {
+  it('answers with exactly what the database stored, in input order', async () => {
+    const inputs = [
+      { task: 'noop', payload: { a: [1, 'x', null], s: 'é\u{1F600}' } },
+      { task: 'noop', queue: 'other', delay: 30, maxAttempts: 2, delivery: 'at_most_once' as const },
+      { task: 'noop', runAt: at(7200), backoff: { base: 2, max: 60 }, timeout: 5 },
+      { task: 'noop', payload: { nested: { deep: true } }, delay: 0.25 },
+    ];
+    const written = await h.enqueue(inputs, { now: T0 });
+    expect(written.map((w) => w.outcome)).toEqual(['created', 'created', 'created', 'created']);
+    expect(written.map((w) => w.task!.status)).toEqual(['queued', 'queued', 'scheduled', 'queued']);
+    for (const w of written) expect(w.task).toEqual(await getTask(t.db, 'acme', w.task!.id));
+  });
+});
+
 describe('idempotency keys', () => {
   it('while the task waits, the same key reschedules it with the new run time and payload', async () => {
     const [a] = await h.enqueue({ task: 'noop', idempotencyKey: 'k1', payload: { v: 1 }, delay: 3600 }, { now: T0 });

@@ -148,6 +148,6 @@ describe('without the cache (KEY_CACHE_SECONDS=0)', () => {
     const { key } = await newKey(api, 'acme');
     counted.reset();
     expect((await api.call('POST', '/v1/tasks', { token: key, body: { task: 'noop', delay: 3600 } })).status).toBe(201);
-    expect(counted.counts.byName).toEqual({ api_keys_find_live: 1, tasks_insert_batch: 1 });
+    expect(counted.counts.byName).toEqual({ api_keys_find_live: 1, tasks_insert_batch_plain: 1 });
   });
 });

@@ -60,7 +60,12 @@ interface Row {
 }
 const rows = (where: string, params: unknown[]) =>
   db.query<Row>(
-    `select id, status, lease_epoch, attempts, vtime, started_at, dispatched_at, run_at, scheduled_for from tasks where ${where} order by id`,
+    // dispatched_at as shown: a claimed task not started reads it from its batch's dispatch mark.
+    `select id, status, lease_epoch, attempts, vtime, started_at,
+            case when status = 'running' and started_at is null
+                 then coalesce(dispatched_at, (select m.dispatched_at from dispatch_marks m where m.claim_token = tasks.claim_token))
+                 else dispatched_at end as dispatched_at,
+            run_at, scheduled_for from tasks where ${where} order by id`,
     params,
   );
 const dbNow = async () => (await db.query<{ now: Date }>('select now() as now'))[0]!.now;

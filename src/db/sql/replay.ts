@@ -15,7 +15,7 @@
 // the service before it (src/tasks/replay.ts, `replayTasks`).
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { TASK_COLUMNS, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
+import { TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
 
 type Now = Date | null | undefined;
 
@@ -164,7 +164,7 @@ export async function replayTerminalTasks(
 
 const tasksGetReplayOf = sql(
   'tasks_get_replay_of',
-  `select ${TASK_COLUMNS} from tasks where tenant = $1::text and replay_of = $2::bigint`,
+  `select ${TASK_COLUMNS_SHOWN} from tasks where tenant = $1::text and replay_of = $2::bigint`,
 );
 
 /** The replay of a task, if it has one (scoped by tenant). */

@@ -4,7 +4,7 @@ import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from '../../schedules/model.ts';
 import { NOT_STARTED } from './tasks.ts';
-import { shownStatusSql, TASK_COLUMNS, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
+import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
 
 type Now = Date | null | undefined;
 const at = (now: Now) => now ?? null;
@@ -221,7 +221,7 @@ export async function deleteScheduleRow(q: Queryable, p: { tenant: string; name:
 /** A schedule's occurrences, newest fire time first, keyset on scheduled_for. */
 const schedulesListRuns = sql(
   'schedules_list_runs',
-  `select ${TASK_COLUMNS} from tasks
+  `select ${TASK_COLUMNS_SHOWN} from tasks
    where tenant = $1::text and schedule_id = $2::bigint
      and ($3::timestamptz is null or scheduled_for < $3::timestamptz)
      and ($4::text[] is null or ${shownStatusSql()} = any($4::text[]))

@@ -5,26 +5,27 @@
 //
 // Every write about an attempt is guarded by id + lease epoch + status: a
 // stale worker, a redelivered message or a retried statement changes nothing.
+//
+// The fenced batch writes (release, start, finish) name their rows by
+// `t.id = any($2::bigint[])` beside the join on the batch's (id, epoch) pairs:
+// the planner then looks each id up. Joined only through the unnest, it
+// answered them by reading tasks_running_idx whole (its `status = 'running'`
+// predicate matches theirs): 10,100 rows and ~20 ms per 100 with 10,000
+// tasks in flight (`BENCH_RUNNING=10000 npm run bench:explain`).
 import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { shownStatusSql, TASK_COLUMNS, taskFromRow, type Delivery, type Task, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
+import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Delivery, type Task, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
 
 type Now = Date | null | undefined;
 const at = (now: Now) => now ?? null;
 
 const TASK_COLUMN_NAMES = TASK_COLUMNS.split(',').map((c) => c.trim());
 const TASK_COLUMNS_T = TASK_COLUMN_NAMES.map((c) => `t.${c}`).join(', ');
-/**
- * The batch's rows, locked in id order before a fenced batch write touches
- * them. Without it each UPDATE locks rows in its plan's order, and the sweep's
- * dispatch mark and a consumer's fenced start over the same tasks deadlocked
- * (5 times in 3 benchmark drains; each stalls both for the 1 s deadlock
- * timeout). `$2` is always the batch's ids.
- */
-const LOCK_IN_ID_ORDER = `locked as (
-     select id from tasks where id = any($2::bigint[]) order by id for no key update
-   )`;
+// No batch write locks its rows in id order first any more (issue 12): the
+// deadlock that lock prevented was the sweep's dispatch mark against a
+// consumer's fenced start over the same tasks, and the mark no longer writes
+// task rows (one dispatch_marks row per batch, migration 0015).
 
 /**
  * Claimed by the look-ahead (or a due claim) but not started: for every user
@@ -101,9 +102,8 @@ export interface WrittenTask extends Task {
  * recent task's limit applies). It locks those slot rows, in (tenant, key)
  * order like every statement that takes them.
  */
-const tasksInsertBatch = sql(
-  'tasks_insert_batch',
-  `with clock as (select coalesce($1::timestamptz, now()) as now),
+/** The insert shared by both enqueue statements, up to its conflict clause. */
+const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as now),
    quota as (
      select coalesce((select max_pending_tasks from tenant_quotas where tenant = $2::text), $15::int) as max_pending
    ),
@@ -180,7 +180,11 @@ const tasksInsertBatch = sql(
           r.concurrency_key, r.concurrency_limit, r.priority
    from rows r, clock
    order by r.ord
-   on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
+`;
+
+const tasksInsertBatch = sql(
+  'tasks_insert_batch',
+  `${INSERT_BATCH}   on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
      -- Guard: the key's task type and queue never change (TQ003, 409, the whole batch refused).
      task       = tasks_keep_task_type_of_key(t.idempotency_key, t.task, t.queue, excluded.task, excluded.queue),
      payload    = case when ${NOT_STARTED} then excluded.payload else t.payload end,
@@ -206,6 +210,17 @@ const tasksInsertBatch = sql(
              (t.xmax = 0) as created`,
 );
 
+/**
+ * The same insert when no item carries an idempotency key: no ON CONFLICT
+ * (no speculative insertion), and it returns only what the input does not
+ * say (id, status, run time, creation time); insertTasks builds the answers
+ * from the input. Same locks and guards as tasks_insert_batch (the quota).
+ */
+const tasksInsertBatchPlain = sql(
+  'tasks_insert_batch_plain',
+  `${INSERT_BATCH}   returning t.id, t.status, t.run_at, t.created_at`,
+);
+
 /** One result per input, in input order; null where the key was spent and its task already purged. */
 export async function insertTasks(
   q: Queryable,
@@ -219,7 +234,8 @@ export async function insertTasks(
   },
 ): Promise<(WrittenTask | null)[]> {
   const col = <K extends keyof NewTask>(k: K) => p.tasks.map((t) => t[k]);
-  const rows = await q.query<TaskRow & { created: boolean }>(tasksInsertBatch, [
+  const plain = p.tasks.every((t) => t.idempotencyKey === null);
+  const rows = await q.query<TaskRow & { created: boolean }>(plain ? tasksInsertBatchPlain : tasksInsertBatch, [
     at(p.now),
     p.tenant,
     p.lookaheadSeconds,
@@ -241,6 +257,46 @@ export async function insertTasks(
     col('concurrencyLimit'),
     col('priority'),
   ]);
+  if (plain) {
+    // Inserted in input order, so the ids ascend in that order.
+    const sorted = rows.sort((a, b) => Number(BigInt(a.id) - BigInt(b.id)));
+    if (sorted.length !== p.tasks.length) throw new Error(`enqueue: ${sorted.length} rows inserted for ${p.tasks.length} tasks`);
+    return p.tasks.map((input, i) => {
+      const r = sorted[i]!;
+      return {
+        ...taskFromRow({
+          id: r.id,
+          tenant: p.tenant,
+          queue: input.queue,
+          task: input.task,
+          payload: input.payload,
+          status: r.status,
+          run_at: r.run_at,
+          created_at: r.created_at,
+          updated_at: r.created_at,
+          dispatched_at: null,
+          started_at: null,
+          finished_at: null,
+          attempts: 0,
+          max_attempts: input.maxAttempts,
+          last_error: null,
+          backoff_base_ms: input.backoffBaseMs,
+          backoff_max_ms: input.backoffMaxMs,
+          timeout_ms: input.timeoutMs,
+          delivery: input.delivery,
+          lease_epoch: '0',
+          idempotency_key: null,
+          schedule_id: null,
+          scheduled_for: null,
+          replay_of: null,
+          concurrency_key: input.concurrencyKey,
+          concurrency_limit: input.concurrencyLimit,
+          priority: input.priority,
+        }),
+        created: true,
+      };
+    });
+  }
   // Back to input order: keyed rows by key; unkeyed ones were inserted in
   // input order, so their ids ascend in that order.
   const byKey = new Map(rows.filter((r) => r.idempotency_key !== null).map((r) => [r.idempotency_key!, r]));
@@ -344,6 +400,8 @@ export interface ClaimedTask {
   delayMs: number;
   /** The W3C traceparent it was enqueued with, for the sweep's log lines. */
   traceparent: string | null;
+  /** The claim statement's token (one per claimed batch), which the dispatch mark names. */
+  claimToken: string;
 }
 
 /**
@@ -351,7 +409,8 @@ export interface ClaimedTask {
  * LOCKED (overlapping sweeps take disjoint sets), marks them `running` with a
  * bumped epoch, an attempt counted and a lease that covers the wait until
  * their run_at, and advances the queue's virtual clock, all in one statement.
- * A paused queue yields nothing.
+ * Every task of the batch carries the batch's claim token, which the sweep's
+ * dispatch mark names. A paused queue yields nothing.
  *
  * Priorities (issue 16, `best`): the lowest vtimes are the slots each tenant
  * earned in this batch (`slots`); each tenant fills its k slots with its k
@@ -449,6 +508,7 @@ const tasksClaimRunnable = sql(
        attempts = t.attempts + 1,
        lease_epoch = t.lease_epoch + 1,
        claimed_by = $4::text,
+       claim_token = $6::uuid,
        lease_expires_at = greatest(t.run_at, clock.now) + make_interval(secs => $5::int),
        dispatched_at = null,
        started_at = null,
@@ -471,8 +531,9 @@ const tasksClaimRunnable = sql(
 
 export async function claimTasks(
   q: Queryable,
-  p: { now?: Now; queue: string; limit: number; claimedBy: string; leaseSeconds: number },
+  p: { now?: Now; queue: string; limit: number; claimedBy: string; leaseSeconds: number; claimToken?: string },
 ): Promise<{ claimed: ClaimedTask[]; parked: number }> {
+  const claimToken = p.claimToken ?? crypto.randomUUID();
   const rows = await q.query<{
     id: string | null;
     lease_epoch: string;
@@ -482,7 +543,7 @@ export async function claimTasks(
     parked: number | null;
   }>(
     tasksClaimRunnable,
-    [at(p.now), p.queue, p.limit, p.claimedBy, p.leaseSeconds],
+    [at(p.now), p.queue, p.limit, p.claimedBy, p.leaseSeconds, claimToken],
   );
   const claimed = rows
     .filter((r) => r.id !== null)
@@ -492,6 +553,7 @@ export async function claimTasks(
       runAt: r.run_at,
       delayMs: Number(r.delay_ms),
       traceparent: r.traceparent,
+      claimToken,
     }));
   return { claimed, parked: Number(rows.find((r) => r.id === null)?.parked ?? 0) };
 }
@@ -556,40 +618,40 @@ const lostFromRow = (r: LostRow): LostFence => ({
 });
 
 /**
- * Records that claimed tasks were handed to the Queue, so the reaper can tell
+ * Records that a claimed batch was handed to the Queue, so the reaper can tell
  * "claimed, never sent" (requeue, no attempt spent) from "sent, never
- * reported". Guarded by epoch and status; returns the writes that lost.
+ * reported". One row per batch, keyed by the claim token its tasks carry; it
+ * locks and writes no task row, so it cannot deadlock with a consumer's
+ * fenced start over the same tasks, and it needs no fence: a task of the
+ * batch that lost its claim meanwhile (cancelled, claim undone, re-claimed)
+ * carries another token or is no longer running, so the mark never applies
+ * to it. The batch's tasks are held from the mark's time for the dispatch
+ * lease (the reaper reads it lazily); re-sent marks change nothing. The
+ * batch's tasks are read (by id, unlocked) only to report those that lost
+ * their claim meanwhile.
  */
-const tasksMarkDispatched = sql(
-  'tasks_mark_dispatched_if_running',
-  `with clock as (select coalesce($1::timestamptz, now()) as now),
-   sent as (select * from unnest($2::bigint[], $3::bigint[]) as s(id, epoch)),
-   ${LOCK_IN_ID_ORDER},
-   marked as (
-     update tasks t set
-       dispatched_at = clock.now,
-       lease_expires_at = greatest(t.run_at, clock.now) + make_interval(secs => $4::int),
-       updated_at = clock.now
-     from locked l join sent on sent.id = l.id, clock
-     where t.id = l.id and t.lease_epoch = sent.epoch and t.status = 'running' and t.started_at is null
-     returning t.id
+const dispatchMarksInsert = sql(
+  'dispatch_marks_insert',
+  `with marked as (
+     insert into dispatch_marks (claim_token, dispatched_at)
+     select token, coalesce($1::timestamptz, now()) from unnest($2::uuid[]) as m(token)
+     on conflict (claim_token) do nothing
    )
    select s.id, s.epoch, cur.lease_epoch as current_epoch, cur.status as current_status
-   from sent s left join tasks cur on cur.id = s.id
-   where s.id not in (select id from marked)
-     -- already started by a consumer that was quicker than this mark: not lost
-     and (cur.id is null or cur.lease_epoch <> s.epoch or cur.status <> 'running')`,
+   from unnest($3::bigint[], $4::bigint[]) as s(id, epoch) left join tasks cur on cur.id = s.id
+   -- lost: no longer held under this claim (a consumer that already started it is not lost)
+   where cur.id is null or cur.lease_epoch <> s.epoch or cur.status <> 'running'`,
 );
 
 export async function markDispatched(
   q: Queryable,
-  p: { now?: Now; tasks: readonly { id: string; epoch: number }[]; leaseSeconds: number },
+  p: { now?: Now; claimTokens: readonly string[]; tasks: readonly { id: string; epoch: number }[] },
 ): Promise<LostFence[]> {
-  const rows = await q.query<LostRow>(tasksMarkDispatched, [
+  const rows = await q.query<LostRow>(dispatchMarksInsert, [
     at(p.now),
+    p.claimTokens,
     p.tasks.map((t) => t.id),
     p.tasks.map((t) => t.epoch),
-    p.leaseSeconds,
   ]);
   return rows.map(lostFromRow);
 }
@@ -602,12 +664,12 @@ export async function markDispatched(
  */
 const tasksReleaseUndispatched = sql(
   'tasks_release_if_undispatched',
-  `with ${LOCK_IN_ID_ORDER}
-   update tasks t set status = 'queued', attempts = t.attempts - 1, lease_expires_at = null,
+  `update tasks t set status = 'queued', attempts = t.attempts - 1, lease_expires_at = null,
                       updated_at = coalesce($1::timestamptz, now())
-   from locked l join unnest($2::bigint[], $3::bigint[]) as c(id, epoch) on c.id = l.id
-   where t.id = l.id and t.lease_epoch = c.epoch and t.status = 'running'
+   from unnest($2::bigint[], $3::bigint[]) as c(id, epoch)
+   where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
      and t.dispatched_at is null and t.started_at is null
+     and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)
    returning t.id`,
 );
 
@@ -647,7 +709,6 @@ const tasksStartIfClaimed = sql(
   'tasks_start_if_claimed',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    msg as (select * from unnest($2::bigint[], $3::bigint[]) as m(id, epoch)),
-   ${LOCK_IN_ID_ORDER},
    refused as (
      update tasks t set
        status = 'queued',
@@ -655,20 +716,25 @@ const tasksStartIfClaimed = sql(
        dispatched_at = null,
        lease_expires_at = null,
        updated_at = clock.now
-     from locked l join msg on msg.id = l.id, clock
-     where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+     from msg, clock
+     where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+       and t.status = 'running' and t.started_at is null
        and exists (select 1 from queues q where q.name = t.queue and q.paused)
      returning t.id
    ),
    started as (
      update tasks t set
        started_at = greatest(clock.now, t.run_at),
-       dispatched_at = coalesce(t.dispatched_at, clock.now),
+       -- The hand-off's time, from the batch's dispatch mark (now if the sweep died before writing it).
+       dispatched_at = coalesce(t.dispatched_at,
+                                (select d.dispatched_at from dispatch_marks d where d.claim_token = t.claim_token),
+                                clock.now),
        lease_expires_at = greatest(clock.now, t.run_at)
                           + make_interval(secs => (t.timeout_ms / 1000.0) + $4::int),
        updated_at = clock.now
-     from locked l join msg on msg.id = l.id, clock
-     where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+     from msg, clock
+     where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+       and t.status = 'running' and t.started_at is null
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)
      returning ${TASK_COLUMNS_T}, greatest(0, extract(epoch from t.run_at - clock.now) * 1000)::float8 as wait_ms,
                t.traceparent, t.tracestate
@@ -738,14 +804,14 @@ const tasksFinishIfRunning = sql(
      select * from unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::int[])
        as r(id, epoch, outcome, error, retry_delay_ms)
    ),
-   ${LOCK_IN_ID_ORDER},
    decided as (
      select r.*, case
               when r.outcome = 'succeeded' then 'succeeded'
               when r.outcome = 'failed' and t.delivery = 'at_least_once' and t.attempts < t.max_attempts then 'scheduled'
               else 'dead'
             end as next_status
-     from res r join locked l on l.id = r.id join tasks t on t.id = r.id
+     from res r join tasks t on t.id = r.id
+     where t.id = any($2::bigint[])
    ),
    finished as (
      update tasks t set
@@ -762,7 +828,7 @@ const tasksFinishIfRunning = sql(
        last_error = coalesce(d.error, t.last_error),
        updated_at = clock.now
      from decided d, clock
-     where t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'
+     where t.id = any($2::bigint[]) and t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'
      returning t.id, t.status, t.run_at
    )
    select f.id, null::bigint as epoch, f.status, f.run_at, null::bigint as current_epoch, null::text as current_status
@@ -822,7 +888,11 @@ export interface ReapCounts {
 }
 
 /**
- * Handles running tasks whose lease expired (DESIGN §5.1). Never handed to the
+ * Handles running tasks whose lease expired (DESIGN §5.1). A task handed to
+ * the Queue keeps the claim's lease on its row; its batch's dispatch mark
+ * extends it to the dispatch lease from the mark's time, read here only for
+ * tasks whose claim lease ran out before they started. "Sent" means a mark
+ * (or, for rows marked before migration 0015, dispatched_at). Never handed to the
  * Queue: back to `queued` with its vtime and without spending the attempt.
  * At-most-once and provably never started (started_at null: the fenced start
  * never committed, so no handler ran): back to `queued` the same way; its old
@@ -836,14 +906,18 @@ const tasksReapExpired = sql(
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    expired as (
      select t.id,
-            case when t.dispatched_at is null and t.started_at is null then 'queued'
+            case when t.dispatched_at is null and d.claim_token is null and t.started_at is null then 'queued'
                  -- Guard: at-most-once never started is requeued, never dead.
                  when t.delivery = 'at_most_once' and t.started_at is null then 'queued'
                  when t.delivery = 'at_most_once' then 'dead'
                  when t.attempts < t.max_attempts then 'scheduled'
                  else 'dead' end as next_status
-     from tasks t, clock
+     from tasks t left join dispatch_marks d on d.claim_token = t.claim_token, clock
      where t.status = 'running' and t.lease_expires_at < clock.now
+       -- Guard dispatch_lease_from_mark: a batch handed to the Queue holds its
+       -- tasks that have not started for the dispatch lease from its mark.
+       and (t.started_at is not null or d.claim_token is null
+            or greatest(t.run_at, d.dispatched_at) + make_interval(secs => $3::int) < clock.now)
      order by t.lease_expires_at
      limit $2::int
      for update of t skip locked
@@ -869,8 +943,11 @@ const tasksReapExpired = sql(
    returning e.next_status`,
 );
 
-export async function reapExpiredLeases(q: Queryable, p: { now?: Now; limit: number }): Promise<ReapCounts> {
-  const rows = await q.query<{ next_status: string }>(tasksReapExpired, [at(p.now), p.limit]);
+export async function reapExpiredLeases(
+  q: Queryable,
+  p: { now?: Now; limit: number; dispatchLeaseSeconds: number },
+): Promise<ReapCounts> {
+  const rows = await q.query<{ next_status: string }>(tasksReapExpired, [at(p.now), p.limit, p.dispatchLeaseSeconds]);
   const counts: ReapCounts = { requeued: 0, retried: 0, dead: 0 };
   for (const r of rows) {
     if (r.next_status === 'queued') counts.requeued += 1;
@@ -883,7 +960,10 @@ export async function reapExpiredLeases(q: Queryable, p: { now?: Now; limit: num
 /**
  * Deletes a bounded batch of terminal tasks past retention. Idempotency keys
  * of deleted tasks move to spent_idempotency_keys in the same statement, so a
- * spent key stays spent after its task is gone.
+ * spent key stays spent after its task is gone. The same statement deletes
+ * a bounded batch of dispatch marks older than `$4` seconds: past every lease
+ * they could hold (the caller passes the dispatch lease plus the look-ahead
+ * plus a margin for a reaper that fell behind).
  */
 const tasksPurgeFinished = sql(
   'tasks_purge_finished',
@@ -899,6 +979,13 @@ const tasksPurgeFinished = sql(
      delete from tasks t using doomed where t.id = doomed.id
      returning t.id, t.tenant, t.idempotency_key, t.status
    ),
+   marks_purged as (
+     delete from dispatch_marks m where m.claim_token in (
+       select claim_token from dispatch_marks
+       where dispatched_at < coalesce($1::timestamptz, now()) - make_interval(secs => $4::int)
+       order by dispatched_at
+       limit $3::int)
+   ),
    kept as (
      insert into spent_idempotency_keys (tenant, idempotency_key, task_id, status, spent_at)
      select tenant, idempotency_key, id, status, coalesce($1::timestamptz, now())
@@ -910,9 +997,9 @@ const tasksPurgeFinished = sql(
 
 export async function purgeFinishedTasks(
   q: Queryable,
-  p: { now?: Now; retentionSeconds: number; limit: number },
+  p: { now?: Now; retentionSeconds: number; limit: number; markRetentionSeconds: number },
 ): Promise<number> {
-  const rows = await q.query<{ n: number }>(tasksPurgeFinished, [at(p.now), p.retentionSeconds, p.limit]);
+  const rows = await q.query<{ n: number }>(tasksPurgeFinished, [at(p.now), p.retentionSeconds, p.limit, p.markRetentionSeconds]);
   return rows[0]?.n ?? 0;
 }
 
@@ -938,7 +1025,7 @@ export async function purgeSpentKeys(
 // ---------------------------------------------------------------------------
 // Reads and cancel, always scoped by tenant
 
-const tasksGet = sql('tasks_get', `select ${TASK_COLUMNS} from tasks where tenant = $1::text and id = $2::bigint`);
+const tasksGet = sql('tasks_get', `select ${TASK_COLUMNS_SHOWN} from tasks where tenant = $1::text and id = $2::bigint`);
 
 export async function getTask(q: Queryable, tenant: string, id: string): Promise<Task | null> {
   const rows = await q.query<TaskRow>(tasksGet, [tenant, id]);
@@ -947,7 +1034,7 @@ export async function getTask(q: Queryable, tenant: string, id: string): Promise
 
 const tasksGetByKey = sql(
   'tasks_get_by_key',
-  `select ${TASK_COLUMNS} from tasks where tenant = $1::text and idempotency_key = $2::text`,
+  `select ${TASK_COLUMNS_SHOWN} from tasks where tenant = $1::text and idempotency_key = $2::text`,
 );
 
 export async function getTaskByKey(q: Queryable, tenant: string, key: string): Promise<Task | null> {
@@ -997,7 +1084,7 @@ export interface TaskFilter {
  */
 const tasksListForTenant = sql(
   'tasks_list_for_tenant',
-  `select ${TASK_COLUMNS} from tasks
+  `select ${TASK_COLUMNS_SHOWN} from tasks
    where tenant = $1::text
      and ($2::text is null or queue = $2::text)
      and ($3::text[] is null or ${shownStatusSql()} = any($3::text[]))
