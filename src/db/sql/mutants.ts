@@ -41,42 +41,35 @@ export const mutants: Mutant[] = [
   // -------------------------------------------------------------------------
   // Fenced writes: the epoch, the status and the started_at conditions.
   {
-    id: 'mark-epoch',
+    id: 'reap-mark-token',
     file: TASKS,
-    statement: 'tasks_mark_dispatched_if_running',
-    guard: 'the lease epoch',
-    find: `where t.id = l.id and t.lease_epoch = sent.epoch and t.status = 'running' and t.started_at is null`,
-    replace: `where t.id = l.id and t.status = 'running' and t.started_at is null
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
-    tests: ['test/tasks/fencing.test.ts'],
+    statement: 'tasks_reap_expired',
+    guard: "the dispatch mark is the claim's own (claim_token): a claim never sent is given back, no attempt spent",
+    find: `from tasks t left join dispatch_marks d on d.claim_token = t.claim_token, clock`,
+    replace: `from tasks t left join dispatch_marks d on true, clock`,
+    tests: ['test/tasks/faults.test.ts'],
   },
   {
-    id: 'mark-status',
+    id: 'reap-dispatch-lease',
     file: TASKS,
-    statement: 'tasks_mark_dispatched_if_running',
-    guard: `status = 'running'`,
-    find: `where t.id = l.id and t.lease_epoch = sent.epoch and t.status = 'running' and t.started_at is null`,
-    replace: `where t.id = l.id and t.lease_epoch = sent.epoch and t.started_at is null`,
-    tests: ['test/tasks/cancel.test.ts'],
-  },
-  {
-    id: 'mark-not-started',
-    file: TASKS,
-    statement: 'tasks_mark_dispatched_if_running',
-    guard: 'started_at is null (a consumer quicker than the mark)',
-    find: `where t.id = l.id and t.lease_epoch = sent.epoch and t.status = 'running' and t.started_at is null`,
-    replace: `where t.id = l.id and t.lease_epoch = sent.epoch and t.status = 'running'`,
-    tests: ['test/tasks/fencing.test.ts'],
+    statement: 'tasks_reap_expired',
+    guard: 'dispatch_lease_from_mark: a sent batch holds its unstarted tasks for the dispatch lease',
+    find: `and (t.started_at is not null or d.claim_token is null
+            or greatest(t.run_at, d.dispatched_at) + make_interval(secs => $3::int) < clock.now)`,
+    replace: `and true`,
+    tests: ['test/tasks/faults.test.ts', 'test/sweep/maintenance.test.ts'],
   },
   {
     id: 'release-epoch',
     file: TASKS,
     statement: 'tasks_release_if_undispatched',
     guard: 'the lease epoch',
-    find: `where t.id = l.id and t.lease_epoch = c.epoch and t.status = 'running'
-     and t.dispatched_at is null and t.started_at is null`,
-    replace: `where t.id = l.id and t.status = 'running'
-     and t.dispatched_at is null and t.started_at is null`,
+    find: `where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
+     and t.dispatched_at is null and t.started_at is null
+     and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
+    replace: `where t.id = any($2::bigint[]) and t.id = c.id and t.status = 'running'
+     and t.dispatched_at is null and t.started_at is null
+     and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
     tests: ['test/tasks/fencing.test.ts'],
   },
   {
@@ -84,32 +77,38 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_release_if_undispatched',
     guard: `status = 'running'`,
-    find: `where t.id = l.id and t.lease_epoch = c.epoch and t.status = 'running'
-     and t.dispatched_at is null and t.started_at is null`,
-    replace: `where t.id = l.id and t.lease_epoch = c.epoch
-     and t.dispatched_at is null and t.started_at is null`,
+    find: `where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
+     and t.dispatched_at is null and t.started_at is null
+     and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
+    replace: `where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch
+     and t.dispatched_at is null and t.started_at is null
+     and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
     tests: ['test/tasks/cancel.test.ts'],
   },
   {
-    // Either condition alone is redundant (a start always sets dispatched_at;
-    // a sweep's own mark comes after its release): removed together.
+    // The conditions that say the batch was not handed off are redundant
+    // with each other (a start sets dispatched_at; a sweep's own mark comes
+    // after its release): removed together.
     id: 'release-not-dispatched',
     file: TASKS,
     statement: 'tasks_release_if_undispatched',
-    guard: 'dispatched_at is null and started_at is null (the send delivered, then reported failure)',
-    find: `where t.id = l.id and t.lease_epoch = c.epoch and t.status = 'running'
-     and t.dispatched_at is null and t.started_at is null`,
-    replace: `where t.id = l.id and t.lease_epoch = c.epoch and t.status = 'running'`,
+    guard: 'not dispatched, not started, no dispatch mark (the send delivered, then reported failure)',
+    find: `where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
+     and t.dispatched_at is null and t.started_at is null
+     and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
+    replace: `where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'`,
     tests: ['test/tasks/fencing.test.ts'],
   },
   {
     id: 'start-epoch',
     file: TASKS,
     statement: 'tasks_start_if_claimed',
-    guard: 'the lease epoch',
-    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+    guard: `the lease epoch`,
+    find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+       and t.status = 'running' and t.started_at is null
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
-    replace: `where t.id = l.id and t.status = 'running' and t.started_at is null
+    replace: `where t.id = any($2::bigint[]) and t.id = msg.id
+       and t.status = 'running' and t.started_at is null
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
     tests: ['test/tasks/fencing.test.ts', 'test/tasks/faults.test.ts'],
   },
@@ -117,10 +116,12 @@ export const mutants: Mutant[] = [
     id: 'start-status',
     file: TASKS,
     statement: 'tasks_start_if_claimed',
-    guard: `status = 'running' (a cancelled task already sent)`,
-    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+    guard: `\`status = 'running'\` (a cancelled task already sent)`,
+    find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+       and t.status = 'running' and t.started_at is null
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
-    replace: `where t.id = l.id and t.lease_epoch = msg.epoch and t.started_at is null
+    replace: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+       and t.started_at is null
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
     tests: ['test/tasks/cancel.test.ts'],
   },
@@ -128,10 +129,12 @@ export const mutants: Mutant[] = [
     id: 'start-not-started',
     file: TASKS,
     statement: 'tasks_start_if_claimed',
-    guard: 'started_at is null (a duplicate delivery)',
-    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+    guard: `started_at is null (a duplicate delivery)`,
+    find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+       and t.status = 'running' and t.started_at is null
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
-    replace: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running'
+    replace: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+       and t.status = 'running'
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
     tests: ['test/tasks/fencing.test.ts'],
   },
@@ -140,8 +143,8 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_finish_if_running',
     guard: 'the lease epoch',
-    find: `where t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'`,
-    replace: `where t.id = d.id and t.status = 'running'`,
+    find: `where t.id = any($2::bigint[]) and t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'`,
+    replace: `where t.id = any($2::bigint[]) and t.id = d.id and t.status = 'running'`,
     tests: ['test/tasks/fencing.test.ts'],
   },
   {
@@ -149,8 +152,8 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_finish_if_running',
     guard: `status = 'running'`,
-    find: `where t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'`,
-    replace: `where t.id = d.id and t.lease_epoch = d.epoch`,
+    find: `where t.id = any($2::bigint[]) and t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'`,
+    replace: `where t.id = any($2::bigint[]) and t.id = d.id and t.lease_epoch = d.epoch`,
     tests: ['test/tasks/fencing.test.ts'],
   },
   {
@@ -288,9 +291,11 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_start_if_claimed',
     guard: 'the lease epoch of the paused-queue refusal',
-    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+    find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+       and t.status = 'running' and t.started_at is null
        and exists (select 1 from queues q where q.name = t.queue and q.paused)`,
-    replace: `where t.id = l.id and t.status = 'running' and t.started_at is null
+    replace: `where t.id = any($2::bigint[]) and t.id = msg.id
+       and t.status = 'running' and t.started_at is null
        and exists (select 1 from queues q where q.name = t.queue and q.paused)`,
     tests: ['test/tasks/fencing.test.ts'],
   },
