@@ -106,8 +106,10 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_start_if_claimed',
     guard: 'the lease epoch',
-    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null`,
-    replace: `where t.id = l.id and t.status = 'running' and t.started_at is null`,
+    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+    replace: `where t.id = l.id and t.status = 'running' and t.started_at is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
     tests: ['test/tasks/fencing.test.ts', 'test/tasks/faults.test.ts'],
   },
   {
@@ -115,8 +117,10 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_start_if_claimed',
     guard: `status = 'running' (a cancelled task already sent)`,
-    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null`,
-    replace: `where t.id = l.id and t.lease_epoch = msg.epoch and t.started_at is null`,
+    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+    replace: `where t.id = l.id and t.lease_epoch = msg.epoch and t.started_at is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
     tests: ['test/tasks/cancel.test.ts'],
   },
   {
@@ -124,8 +128,10 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_start_if_claimed',
     guard: 'started_at is null (a duplicate delivery)',
-    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null`,
-    replace: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running'`,
+    find: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+    replace: `where t.id = l.id and t.lease_epoch = msg.epoch and t.status = 'running'
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
     tests: ['test/tasks/fencing.test.ts'],
   },
   {
@@ -393,8 +399,12 @@ export const mutants: Mutant[] = [
     file: SCHEDULES,
     statement: 'schedules_cancel_pending_occurrences',
     guard: 'the tenant filter',
-    find: `where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id`,
-    replace: `where $2::text is not null and s.name = $3::text and t.schedule_id = s.id`,
+    find: `where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id
+     and \${NOT_STARTED}
+   returning t.id`,
+    replace: `where $2::text is not null and s.name = $3::text and t.schedule_id = s.id
+     and \${NOT_STARTED}
+   returning t.id`,
     tests: ['test/tenants/isolation.test.ts'],
   },
   {
@@ -402,9 +412,11 @@ export const mutants: Mutant[] = [
     file: SCHEDULES,
     statement: 'schedules_cancel_pending_occurrences',
     guard: 'started_at is null (a running occurrence is left to finish)',
-    find: `or (t.status = 'running' and t.started_at is null))
+    find: `and t.schedule_id = s.id
+     and \${NOT_STARTED}
    returning t.id`,
-    replace: `or (t.status = 'running'))
+    replace: `and t.schedule_id = s.id
+     and t.status in ('scheduled', 'queued', 'running')
    returning t.id`,
     tests: ['test/schedules/api.test.ts'],
   },
@@ -555,7 +567,7 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_insert_batch',
     guard: 'a started or finished task keeps its payload',
-    find: `payload    = case when t.status in ('scheduled', 'queued') then excluded.payload else t.payload end,`,
+    find: `payload    = case when \${NOT_STARTED} then excluded.payload else t.payload end,`,
     replace: `payload    = excluded.payload,`,
     tests: ['test/tasks/idempotency.test.ts'],
   },
@@ -564,7 +576,7 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_insert_batch',
     guard: 'a started or finished task keeps its status (the key is not reused)',
-    find: `status     = case when t.status in ('scheduled', 'queued') then excluded.status else t.status end,`,
+    find: `status     = case when \${NOT_STARTED} then excluded.status else t.status end,`,
     replace: `status     = excluded.status,`,
     tests: ['test/tasks/idempotency.test.ts'],
   },
