@@ -326,6 +326,10 @@ describe('pause, replace and delete a schedule with occurrences already claimed'
         results: [{ id: early.id, epoch: early.epoch, outcome: 'succeeded', error: null, retryDelayMs: null }],
       });
       expect(done).toEqual({ finished: [{ id: early.id, status: 'succeeded', runAt: at(18) }], lost: [] });
+      // The replaced definition fires at 12:00:18 too: the occurrence key keeps it to the one that ran.
+      await h.sweep({ now: at(17) });
+      const at18 = await t.db.query(`select id from tasks where scheduled_for = $1::timestamptz`, [at(18)]);
+      expect(at18).toEqual([{ id: early.id }]);
     });
   }
 

@@ -1097,6 +1097,6 @@ export const mutants: Mutant[] = [
         replace: `on conflict do nothing`,
       },
     ],
-    tests: ['test/schedules/materialize.test.ts'],
+    tests: ['test/schedules/materialize.test.ts', 'test/tasks/lookahead.test.ts'],
   },
 ];
