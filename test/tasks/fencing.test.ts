@@ -440,4 +440,22 @@ describe('S8: the reaper racing a completion', () => {
     expect((byStatus.scheduled ?? 0) + (byStatus.queued ?? 0)).toBe(reaped.retried);
     await expectOneCompletion(t.db);
   });
+
+  it('a finish arriving after the reaper scheduled the retry is lost and changes nothing', async () => {
+    await h.enqueue({ task: 'count', timeout: 1 }, { now: T0 });
+    await h.sweep({ now: T0 });
+    const [m] = h.outbox.take();
+    await startTasks(t.db, { now: T0, tasks: [m!.body], leaseGraceSeconds: 30 });
+    expect(await reapExpiredLeases(t.db, { now: at(32), limit: 10, dispatchLeaseSeconds: h.config.dispatchLeaseSeconds })).toMatchObject({
+      retried: 1,
+    });
+    const late = await finishTasks(t.db, {
+      now: at(33),
+      results: [{ ...m!.body, outcome: 'succeeded', error: null, retryDelayMs: null }],
+    });
+    expect(late.finished).toEqual([]);
+    expect(late.lost).toMatchObject([{ id: m!.body.id, currentStatus: 'scheduled' }]);
+    const rows = await t.db.query(`select status, finished_at from tasks`);
+    expect(rows).toEqual([{ status: 'scheduled', finished_at: null }]);
+  });
 });

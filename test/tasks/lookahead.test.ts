@@ -7,7 +7,7 @@ import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Db } from '../../src/db/seam.ts';
 import { fireOccurrences, lockDueSchedules } from '../../src/db/sql/schedules.ts';
-import { getTask, startTasks } from '../../src/db/sql/tasks.ts';
+import { finishTasks, getTask, startTasks } from '../../src/db/sql/tasks.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
 import { planOccurrences } from '../../src/schedules/materialize.ts';
 import { deleteSchedule, pauseSchedule } from '../../src/schedules/service.ts';
@@ -305,6 +305,33 @@ describe('pause, replace and delete a schedule with occurrences already claimed'
     );
     expect(first).toEqual([{ scheduled_for: at(12), payload: { v: 2 } }]);
   });
+
+  for (const action of ['pause', 'replace'] as const) {
+    it(`${action} leaves an occurrence whose handler started early (waiting for its time) to finish`, async () => {
+      api.setNow(at(9));
+      await put('tick', { interval: 3, payload: { v: 1 } });
+      await h.sweep({ now: at(10) });
+      const sent = h.outbox.take();
+      // 12:00:18's consumer started at 12:00:16: its handler waits for 12:00:18.
+      const early = sent[2]!.body;
+      const started = await startTasks(t.db, { now: at(16), tasks: [early], leaseGraceSeconds: 30 });
+      expect(started.started.map((s) => s.task.scheduledFor)).toEqual([at(18)]);
+      api.setNow(at(16));
+      if (action === 'pause') expect((await api.admin('POST', '/v1/schedules/tick/pause', { tenant: 'acme' })).status).toBe(200);
+      else await put('tick', { interval: 3, payload: { v: 2 } });
+      const kept = await t.db.query(`select status, started_at from tasks where id = $1::bigint`, [early.id]);
+      expect(kept).toEqual([{ status: 'running', started_at: at(18) }]);
+      const done = await finishTasks(t.db, {
+        now: at(18),
+        results: [{ id: early.id, epoch: early.epoch, outcome: 'succeeded', error: null, retryDelayMs: null }],
+      });
+      expect(done).toEqual({ finished: [{ id: early.id, status: 'succeeded', runAt: at(18) }], lost: [] });
+      // The replaced definition fires at 12:00:18 too: the occurrence key keeps it to the one that ran.
+      await h.sweep({ now: at(17) });
+      const at18 = await t.db.query(`select id from tasks where scheduled_for = $1::timestamptz`, [at(18)]);
+      expect(at18).toEqual([{ id: early.id }]);
+    });
+  }
 
   it('delete: occurrences claimed early are cancelled, their messages skipped', async () => {
     api.setNow(at(9));

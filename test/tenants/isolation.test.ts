@@ -108,4 +108,23 @@ describe('tenant isolation', () => {
     expect(bTasks).toEqual([]); // its planned occurrence was withdrawn by the replace
     api.setNow(undefined);
   });
+
+  it("B replacing or pausing its schedule under A's name leaves A's occurrences and schedule alone", async () => {
+    await t.db.query('truncate tasks, schedules restart identity');
+    api.setNow(T0);
+    expect((await api.call('PUT', '/v1/schedules/tick', { token: keyA, body: { task: 'noop', interval: 60 } })).status).toBe(201);
+    api.setNow(at(25));
+    expect((await api.call('PUT', '/v1/schedules/tick', { token: keyB, body: { task: 'noop', interval: 60 } })).status).toBe(201);
+    // Both fire within the look-ahead: claimed early, not started.
+    expect((await createHarness(t.db).sweep({ now: at(30) })).materialized.fired).toBe(2);
+    const before = await snapshot();
+    api.setNow(at(30));
+    expect((await api.call('PUT', '/v1/schedules/tick', { token: keyB, body: { task: 'noop', interval: 90 } })).status).toBe(200);
+    expect(await snapshot()).toEqual(before);
+    expect((await api.call('POST', '/v1/schedules/tick/pause', { token: keyB })).status).toBe(200);
+    expect(await snapshot()).toEqual(before);
+    const bTasks = await t.db.query(`select id from tasks where tenant = 'tenant-b'`);
+    expect(bTasks).toEqual([]); // B's own occurrence was withdrawn by its replace
+    api.setNow(undefined);
+  });
 });

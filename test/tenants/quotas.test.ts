@@ -31,6 +31,8 @@ describe('maxPendingTasks', () => {
     expect(set.status).toBe(200);
     expect(set.body).toEqual({ tenant: 'small', quotas: { maxPendingTasks: 5, maxSchedules: 10_000, minScheduleIntervalSeconds: 1 } });
 
+    // Another tenant's pending tasks never count.
+    expect((await batch('other', 10)).status).toBe(201);
     expect((await batch('small', 3)).status).toBe(201);
     const over = await batch('small', 3);
     expect(over.status).toBe(429);
@@ -116,6 +118,8 @@ describe('schedule quotas', () => {
 
   it('maxSchedules refuses a new schedule past the limit, but a replacement always goes through', async () => {
     await api.admin('PUT', '/v1/admin/tenants/s', { body: { quotas: { maxSchedules: 2 } } });
+    // Another tenant's schedules never count.
+    for (const name of ['a', 'b', 'c']) expect((await put('other', name, { interval: 60 })).status).toBe(201);
     expect((await put('s', 'a', { interval: 60 })).status).toBe(201);
     expect((await put('s', 'b', { interval: 60 })).status).toBe(201);
     const over = await put('s', 'c', { interval: 60 });
@@ -124,6 +128,7 @@ describe('schedule quotas', () => {
     expect(over.headers.get('retry-after')).toBeNull(); // waiting does not help
     expect((await put('s', 'b', { interval: 120 })).status).toBe(200);
     expect((await t.db.query(`select 1 from schedules where tenant = 's'`)).length).toBe(2);
+    expect((await put('other', 'd', { interval: 60 })).status).toBe(201);
   });
 
   it('minScheduleIntervalSeconds refuses schedules that fire more often, whatever their kind', async () => {

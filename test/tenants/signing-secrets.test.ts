@@ -5,6 +5,7 @@
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { countStatements } from '../../src/db/seam.ts';
+import { findSigningSecrets } from '../../src/db/sql/signing-secrets.ts';
 import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
 import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
 import { createHarness, TEST_SIGNING_SECRET } from '../helpers/harness.ts';
@@ -90,6 +91,14 @@ describe('a signing secret per tenant', () => {
     const r = await api.admin('GET', '/v1/signing-secret', { tenant: 'tenant-b' });
     expect(r.status).toBe(500);
     expect(JSON.stringify(r.body)).not.toContain(secret);
+  });
+
+  it("a batch's read returns its own tenants' ciphertexts, never another tenant's", async () => {
+    await secretOf('tenant-a');
+    await secretOf('tenant-b');
+    await secretOf('tenant-c');
+    const rows = await findSigningSecrets(t.db, { tenants: ['tenant-a', 'tenant-c', 'tenant-none'] });
+    expect(rows.map((r) => r.tenant).sort()).toEqual(['tenant-a', 'tenant-c']);
   });
 
   it('two creators racing make one secret', async () => {
