@@ -15,6 +15,7 @@
 // the service before it (src/tasks/replay.ts, `replayTasks`).
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
+import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT } from './tasks.ts';
 import { TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
 
 type Now = Date | null | undefined;
@@ -28,42 +29,6 @@ export const BULK_BATCH_SIZE = 1000;
 
 /** Statuses a replay starts from. */
 export const REPLAYABLE_STATUSES = ['succeeded', 'dead', 'cancelled', 'missed'] as const;
-
-/**
- * The fair-queuing part of an insert, as in tasks_insert_batch: from a CTE
- * `input` with (queue, runnable, ord) and the tenant in `$2`, advances the
- * tenant's row of each queue once for the whole batch and gives each
- * runnable row its vtime in `ord` order (CTE `rows`: input's columns + vtime).
- * Only this tenant's rows are written, in queue order, like every statement
- * that writes them.
- */
-export const FAIR_VTIME_CTES = `
-   known_queues as (
-     insert into queues (name) select distinct queue from input order by queue on conflict do nothing
-   ),
-   runnable_counts as (
-     select queue, count(*)::double precision as n from input where runnable group by queue
-   ),
-   fair as (
-     insert into tenants as t (queue, tenant, last_vtime)
-     select c.queue, $2::text, coalesce(q.vclock, 0) + c.n
-     from runnable_counts c left join queues q on q.name = c.queue
-     order by c.queue
-     on conflict (queue, tenant) do update set
-       last_vtime = greatest(t.last_vtime, coalesce((select q.vclock from queues q where q.name = t.queue), 0))
-                    + (select c.n from runnable_counts c where c.queue = t.queue) / t.weight,
-       updated_at = now()
-     returning t.queue, t.last_vtime, t.weight
-   ),
-   rows as (
-     select i.*,
-            case when i.runnable then
-              f.last_vtime - (c.n - row_number() over (partition by i.queue, i.runnable order by i.ord)) / f.weight
-            end as vtime
-     from input i
-     left join fair f on i.runnable and f.queue = i.queue
-     left join runnable_counts c on i.runnable and c.queue = i.queue
-   )`;
 
 export interface TaskMatch {
   /** Only these ids (still scoped by tenant and the other fields). */
@@ -123,7 +88,8 @@ const tasksReplayTerminal = sql(
      from originals o, clock,
           lateral (select coalesce($12::timestamptz, clock.now + coalesce($13::bigint, 0) * interval '1 millisecond') as due_at) d
    ),
-   ${FAIR_VTIME_CTES}
+   ${KNOWN_QUEUES_OF_INPUT},
+   ${FAIR_VTIME_OF_INPUT}
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                            backoff_max_ms, timeout_ms, delivery, vtime, replay_of, created_at, updated_at,
                            concurrency_key, concurrency_limit, priority)

@@ -102,6 +102,53 @@ export interface WrittenTask extends Task {
  * recent task's limit applies). It locks those slot rows, in (tenant, key)
  * order like every statement that takes them.
  */
+/**
+ * Registers the queues of CTE `input` (column `queue`). Only names not seen
+ * yet: ON CONFLICT on an existing row waits for any transaction updating it
+ * (a claim advancing vclock), which made every enqueue queue behind in-flight
+ * claims; a plain read does not wait. Used by every statement that creates
+ * tasks (enqueue, replay, trigger).
+ */
+export const KNOWN_QUEUES_OF_INPUT = `known_queues as (
+     insert into queues (name)
+     select distinct i.queue from input i
+     where not exists (select 1 from queues q where q.name = i.queue)
+     order by i.queue
+     on conflict do nothing
+   )`;
+
+/**
+ * Fair-queuing vtimes for the runnable rows of CTE `input` (columns queue,
+ * runnable, ord) of the tenant $2: per queue, the tenant's row is advanced
+ * once for the whole batch (`max(last_vtime, queue clock) + n/weight`) and the
+ * rows take the steps in `ord` order. CTE `rows` is input's columns plus
+ * vtime. Only this tenant's rows are written, in queue order, like every
+ * statement that writes them.
+ */
+export const FAIR_VTIME_OF_INPUT = `runnable_counts as (
+     select queue, count(*)::double precision as n from input where runnable group by queue
+   ),
+   fair as (
+     insert into tenants as t (queue, tenant, last_vtime)
+     select c.queue, $2::text, coalesce(q.vclock, 0) + c.n
+     from runnable_counts c left join queues q on q.name = c.queue
+     order by c.queue
+     on conflict (queue, tenant) do update set
+       last_vtime = greatest(t.last_vtime, coalesce((select q.vclock from queues q where q.name = t.queue), 0))
+                    + (select c.n from runnable_counts c where c.queue = t.queue) / t.weight,
+       updated_at = now()
+     returning t.queue, t.last_vtime, t.weight
+   ),
+   rows as (
+     select i.*,
+            case when i.runnable then
+              f.last_vtime - (c.n - row_number() over (partition by i.queue, i.runnable order by i.ord)) / f.weight
+            end as vtime
+     from input i
+     left join fair f on i.runnable and f.queue = i.queue
+     left join runnable_counts c on i.runnable and c.queue = i.queue
+   )`;
+
 /** The insert shared by both enqueue statements, up to its conflict clause. */
 const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as now),
    quota as (
@@ -131,16 +178,7 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
      where pending_quota.ok and not exists (select 1 from spent_idempotency_keys s
                        where s.tenant = $2::text and s.idempotency_key = i.idempotency_key)
    ),
-   known_queues as (
-     -- Only names not seen yet: ON CONFLICT on an existing row waits for any
-     -- transaction updating it (a claim advancing vclock), which made every
-     -- enqueue queue behind in-flight claims; a plain read does not wait.
-     insert into queues (name)
-     select distinct i.queue from input i
-     where not exists (select 1 from queues q where q.name = i.queue)
-     order by i.queue
-     on conflict do nothing
-   ),
+   ${KNOWN_QUEUES_OF_INPUT},
    slot_limits as (
      insert into concurrency_slots as s (tenant, key, max_running)
      select distinct on (i.concurrency_key) $2::text, i.concurrency_key, i.concurrency_limit
@@ -148,29 +186,7 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
      order by i.concurrency_key, i.ord desc
      on conflict (tenant, key) do update set max_running = excluded.max_running, updated_at = now()
    ),
-   runnable_counts as (
-     select queue, count(*)::double precision as n from input where runnable group by queue
-   ),
-   fair as (
-     insert into tenants as t (queue, tenant, last_vtime)
-     select c.queue, $2::text, coalesce(q.vclock, 0) + c.n
-     from runnable_counts c left join queues q on q.name = c.queue
-     order by c.queue
-     on conflict (queue, tenant) do update set
-       last_vtime = greatest(t.last_vtime, coalesce((select q.vclock from queues q where q.name = t.queue), 0))
-                    + (select c.n from runnable_counts c where c.queue = t.queue) / t.weight,
-       updated_at = now()
-     returning t.queue, t.last_vtime, t.weight
-   ),
-   rows as (
-     select i.*,
-            case when i.runnable then
-              f.last_vtime - (c.n - row_number() over (partition by i.queue, i.runnable order by i.ord)) / f.weight
-            end as vtime
-     from input i
-     left join fair f on i.runnable and f.queue = i.queue
-     left join runnable_counts c on i.runnable and c.queue = i.queue
-   )
+   ${FAIR_VTIME_OF_INPUT}
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                            backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at,
                            traceparent, tracestate, concurrency_key, concurrency_limit, priority)

@@ -4,7 +4,7 @@ import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from '../../schedules/model.ts';
 import { TASK_COLUMNS, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
-import { FAIR_VTIME_CTES } from './replay.ts';
+import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT } from './tasks.ts';
 
 type Now = Date | null | undefined;
 
@@ -52,7 +52,8 @@ const schedulesTriggerOccurrence = sql(
      select s.*, slot.at as due_at, slot.at <= clock.now + make_interval(secs => $3::int) as runnable, 1 as ord
      from s, slot, clock
    ),
-   ${FAIR_VTIME_CTES}
+   ${KNOWN_QUEUES_OF_INPUT},
+   ${FAIR_VTIME_OF_INPUT}
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                            backoff_max_ms, timeout_ms, delivery, vtime, schedule_id, scheduled_for,
                            created_at, updated_at, concurrency_key, concurrency_limit, priority)
