@@ -45,7 +45,10 @@ function withPassword(url: string): string {
 async function hyperdriveConfig(): Promise<string> {
   const base = await readFile(`${root}wrangler.toml`, 'utf8');
   const file = `${dataDir}/wrangler.local.toml`;
-  const local = base.replace(/^main = "([^"]+)"/m, (_, main: string) => `main = "../${main}"`);
+  // The file lives in .data/: paths relative to wrangler.toml move up one level.
+  const local = base
+    .replace(/^main = "([^"]+)"/m, (_, main: string) => `main = "../${main}"`)
+    .replace(/^directory = "\.\/([^"]+)"/m, (_, dir: string) => `directory = "../${dir}"`);
   await writeFile(file, `${local}\n# Added by npm start: Hyperdrive's local mode.\n[[hyperdrive]]\nbinding = "HYPERDRIVE"\nid = "local"\n`);
   return file;
 }
