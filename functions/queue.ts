@@ -1,7 +1,8 @@
 // queue: the consumer of the task Queue and of its dead-letter queue. Each
 // task message is acknowledged as soon as its own result is stored (or it is
 // known to be stale), never waiting for its neighbours; a message whose result
-// could not be stored is retried. If the invocation dies, the Queue redelivers
+// could not be stored is retried, one delivered too early to wait for is
+// retried with the delay left. If the invocation dies, the Queue redelivers
 // only what was not settled. A dead-lettered message is logged and its task
 // settled (src/consume/dead-letters.ts).
 import { consumeBatch } from '../src/consume/consume.ts';
@@ -19,10 +20,10 @@ export async function handleQueue(batch: MessageBatch<TaskMessage>, env: Env, _c
   const { config, registry, log, signingSecrets } = sharedFor(env);
   const db = openDb(env, 'consumer');
   try {
-    const settle = (index: number, verdict: 'ack' | 'retry') => {
+    const settle = (index: number, verdict: 'ack' | 'retry', retryDelaySeconds?: number) => {
       const m = batch.messages[index]!;
       if (verdict === 'ack') m.ack();
-      else m.retry({ delaySeconds: RETRY_DELAY_SECONDS });
+      else m.retry({ delaySeconds: retryDelaySeconds ?? RETRY_DELAY_SECONDS });
     };
     const bodies = batch.messages.map((m) => m.body);
     const queueLog = log.child({ queue: batch.queue });

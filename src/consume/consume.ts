@@ -6,12 +6,17 @@
 // task's epoch (cancelled, reaped and re-claimed, already started) is
 // acknowledged and skipped: a stale worker never runs and never writes. A task
 // whose queue was paused after its claim is refused at the start (back to
-// `queued`, attempt refunded) and its message acknowledged. If the
-// database cannot be reached, messages are retried by the Queue, not acked.
+// `queued`, attempt refunded) and its message acknowledged. A message
+// delivered before its task's run_at (the Queue's whole-second delay, rounded
+// down) does not start it: the consumer waits out the rest and starts it then
+// with the same fenced statement (one per group of tasks due together), so
+// until its run_at a reschedule, a cancel or a pause still takes it back; a
+// wait too long for the invocation is left to the Queue (retried with a delay).
+// If the database cannot be reached, messages are retried by the Queue, not acked.
 import { traceIdOf } from '../tracing/trace-context.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
-import { extendLease, finishTasks, startTasks, type AttemptResult, type StartedTask } from '../db/sql/tasks.ts';
+import { extendLease, finishTasks, startTasks, type AttemptResult, type EarlyTask, type StartedTask } from '../db/sql/tasks.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import {
   LeaseLostError,
@@ -36,7 +41,10 @@ export interface ConsumeDeps {
   faults?: Faults;
   /** The tenants' webhook signing secrets; without it handlers sign nothing. */
   signingSecrets?: SigningSecretStore;
-  /** Waits out the sub-second rest before a task's run_at; injectable for tests. */
+  /**
+   * Waits out the rest before an early task's run_at; injectable for tests.
+   * With a `now` override the start after it runs at `now` plus the wait.
+   */
   sleep?: (ms: number) => Promise<void>;
 }
 
@@ -45,12 +53,37 @@ export interface ConsumeOutcome {
   /** Per started task: its final status after the finish (or `lost`). */
   results: { id: string; outcome: AttemptResult['outcome']; status: string }[];
   skipped: number;
+  /** Messages delivered too early to wait for in this invocation: retried with a delay. */
+  deferred: number;
 }
+
+/** Settles one message; a retry may name its delay (otherwise the caller's default). */
+export type OnSettled = (index: number, verdict: Verdict, retryDelaySeconds?: number) => void;
 
 /** lastError keeps a short excerpt, never a whole response body. */
 const MAX_ERROR_LENGTH = 2000;
-/** A message delivered early never waits longer than this for its run_at. */
-const MAX_EARLY_WAIT_MS = MAX_EARLY_WAIT_SECONDS * 1000;
+/** Early by more than the Queue's batch timeout plus this, a message is retried with a delay rather than waited for. */
+const EARLY_WAIT_MARGIN_SECONDS = 3;
+/** Early tasks due within this many milliseconds of the group's first share one start statement. */
+export const EARLY_START_COALESCE_MS = 100;
+/** Start rounds per message; a task still early after them (a sleep cut short) is retried with a delay. */
+const MAX_START_ROUNDS = 3;
+
+/** The longest wait for an early task's run_at inside the invocation (never above MAX_EARLY_WAIT_SECONDS). */
+export function earlyWaitLimitMs(config: Config): number {
+  return Math.min(MAX_EARLY_WAIT_SECONDS, config.queueBatchTimeoutSeconds + EARLY_WAIT_MARGIN_SECONDS) * 1000;
+}
+
+/** Early tasks sorted by wait, in groups spanning at most EARLY_START_COALESCE_MS. */
+function groupByWait(early: readonly EarlyTask[]): EarlyTask[][] {
+  const groups: EarlyTask[][] = [];
+  for (const e of [...early].sort((a, b) => a.waitMs - b.waitMs)) {
+    const last = groups.at(-1);
+    if (last && e.waitMs - last[0]!.waitMs <= EARLY_START_COALESCE_MS) last.push(e);
+    else groups.push([e]);
+  }
+  return groups;
+}
 
 const defaultSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -92,9 +125,6 @@ async function runAttempt(
     const paths = zodDetails(parsed.error.issues, 'payload').map((d) => `${d.path}: ${d.message}`);
     return { ...base, outcome: 'permanent', error: `invalid payload: ${paths.join('; ')}` };
   }
-
-  const wait = Math.min(started.waitMs, MAX_EARLY_WAIT_MS);
-  if (wait > 0) await (deps.sleep ?? defaultSleep)(wait);
 
   const controller = new AbortController();
   const timeoutError = new Error(`timed out after ${task.timeoutMs} ms`);
@@ -140,16 +170,18 @@ async function runAttempt(
 export async function consumeBatch(
   deps: ConsumeDeps,
   bodies: readonly unknown[],
-  options: { now?: Date; onSettled?: (index: number, verdict: Verdict) => void } = {},
+  options: { now?: Date; onSettled?: OnSettled } = {},
 ): Promise<ConsumeOutcome> {
-  const { db, log } = deps;
+  const { db, log, config } = deps;
   const faults = deps.faults ?? noFaults;
-  const now = options.now;
+  const sleep = deps.sleep ?? defaultSleep;
   const verdicts: Verdict[] = bodies.map(() => 'ack');
-  const settle = (indexes: readonly number[], verdict: Verdict) => {
+  let retriedUnstarted = 0;
+  let deferred = 0;
+  const settle = (indexes: readonly number[], verdict: Verdict, retryDelaySeconds?: number) => {
     for (const i of indexes) {
       verdicts[i] = verdict;
-      options.onSettled?.(i, verdict);
+      options.onSettled?.(i, verdict, retryDelaySeconds);
     }
   };
   const messages = bodies.map(parseTaskMessage);
@@ -165,13 +197,24 @@ export async function consumeBatch(
   messages.forEach((m, i) => {
     if (m) copies.set(`${m.id}:${m.epoch}`, [...(copies.get(`${m.id}:${m.epoch}`) ?? []), i]);
   });
+  const indexesOf = (t: { id: string; epoch: number }) => copies.get(`${t.id}:${t.epoch}`) ?? [];
   const unique = [...copies.values()].map((indexes) => messages[indexes[0]!]!);
-  if (unique.length === 0) return { verdicts, results: [], skipped: bodies.length };
+  if (unique.length === 0) return { verdicts, results: [], skipped: bodies.length, deferred: 0 };
+  const results: ConsumeOutcome['results'] = [];
 
-  let started: StartedTask[];
-  try {
-    const start = await startTasks(db, { now, tasks: unique, leaseGraceSeconds: deps.config.leaseGraceSeconds });
-    started = start.started;
+  // One fenced start for the tasks given (the whole batch, then each group of
+  // early tasks once due); runs what started, waits out the early ones.
+  async function startAndRun(tasks: readonly { id: string; epoch: number }[], now: Date | undefined, round: number): Promise<void> {
+    let start: Awaited<ReturnType<typeof startTasks>>;
+    try {
+      start = await startTasks(db, { now, tasks, leaseGraceSeconds: config.leaseGraceSeconds });
+    } catch (error) {
+      log.error('fenced start failed; batch left for redelivery', { error });
+      const indexes = tasks.flatMap(indexesOf);
+      retriedUnstarted += indexes.length;
+      settle(indexes, 'retry');
+      return;
+    }
     for (const l of start.lost) {
       if (l.reason === 'queue_paused') {
         log.info('start refused: the queue is paused; task back in its queue, attempt refunded', { taskId: l.id, epoch: l.epoch });
@@ -185,32 +228,55 @@ export async function consumeBatch(
         currentStatus: l.currentStatus,
       });
     }
-  } catch (error) {
-    log.error('fenced start failed; batch left for redelivery', { error });
-    settle([...copies.values()].flat(), 'retry');
-    return { verdicts, results: [], skipped: 0 };
+    // Stale and duplicate messages are done with: acknowledged at once.
+    settle(start.lost.flatMap(indexesOf), 'ack');
+    const waiting: EarlyTask[] = [];
+    for (const e of start.early) {
+      if (e.waitMs <= earlyWaitLimitMs(config) && round < MAX_START_ROUNDS) {
+        waiting.push(e);
+        continue;
+      }
+      // Too early to wait for here: the Queue brings it back (a little early again, then waited for).
+      const delaySeconds = Math.max(0, Math.floor(e.waitMs / 1000) - config.queueBatchTimeoutSeconds);
+      log.info('delivered early; retried with a delay', { taskId: e.id, epoch: e.epoch, waitMs: e.waitMs, delaySeconds });
+      const indexes = indexesOf(e);
+      retriedUnstarted += indexes.length;
+      deferred += indexes.length;
+      settle(indexes, 'retry', delaySeconds);
+    }
+    await Promise.all([
+      runStarted(start.started, now),
+      ...groupByWait(waiting).map(async (group) => {
+        const wait = Math.ceil(group.at(-1)!.waitMs);
+        await sleep(wait);
+        await startAndRun(group, now && new Date(now.getTime() + wait), round + 1);
+      }),
+    ]);
   }
-  const startedKeys = new Set(started.map((s) => `${s.task.id}:${s.task.leaseEpoch}`));
-  // Stale and duplicate messages are done with: acknowledged at once.
-  settle([...copies].filter(([key]) => !startedKeys.has(key)).flatMap(([, indexes]) => indexes), 'ack');
-  await faults('consume.after_start', { ids: started.map((s) => s.task.id) });
 
   // Each attempt stores its own result as soon as it settles (sharing a
   // statement only with those that settle within a few milliseconds of it)
   // and its messages are settled right after: a slow handler never holds a
   // neighbour's result past that neighbour's lease.
-  // One statement loads the secrets of every tenant in the batch, on the first handler's call.
-  const secrets = deps.signingSecrets?.batchLoader(db, started.map((s) => s.task.tenant), now) ?? (async () => []);
-  const finisher = createFinisher(deps, now, faults, started.length);
-  const results = await Promise.all(
-    started.map(async (s) => {
-      const result = await runAttempt(deps, s, now, secrets);
-      const status = await finisher.store(result);
-      settle(copies.get(`${s.task.id}:${s.task.leaseEpoch}`) ?? [], status === null ? 'retry' : 'ack');
-      return { id: result.id, outcome: result.outcome, status: status ?? 'lost' };
-    }),
-  );
-  return { verdicts, results, skipped: bodies.length - started.length };
+  async function runStarted(started: readonly StartedTask[], now: Date | undefined): Promise<void> {
+    if (started.length === 0) return;
+    await faults('consume.after_start', { ids: started.map((s) => s.task.id) });
+    // One statement loads the secrets of every tenant started together, on the first handler's call.
+    const secrets = deps.signingSecrets?.batchLoader(db, started.map((s) => s.task.tenant), now) ?? (async () => []);
+    const finisher = createFinisher(deps, now, faults, started.length);
+    const ran = await Promise.all(
+      started.map(async (s) => {
+        const result = await runAttempt(deps, s, now, secrets);
+        const status = await finisher.store(result);
+        settle(indexesOf({ id: s.task.id, epoch: s.task.leaseEpoch }), status === null ? 'retry' : 'ack');
+        return { id: result.id, outcome: result.outcome, status: status ?? 'lost' };
+      }),
+    );
+    results.push(...ran);
+  }
+
+  await startAndRun(unique, options.now, 1);
+  return { verdicts, results, skipped: bodies.length - results.length - retriedUnstarted, deferred };
 }
 
 /** Settlements arriving within this many milliseconds share one fenced finish. */

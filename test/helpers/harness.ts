@@ -2,7 +2,7 @@
 // Cloudflare Queue replaced by an in-process list of sent messages (the
 // workerd tests use the real local Queue). Time is passed explicitly.
 import { defaultConfig, type Config } from '../../src/config.ts';
-import { consumeBatch, type ConsumeOutcome, type Verdict } from '../../src/consume/consume.ts';
+import { consumeBatch, type ConsumeOutcome, type OnSettled } from '../../src/consume/consume.ts';
 import type { Db } from '../../src/db/seam.ts';
 import type { Faults } from '../../src/faults.ts';
 import { taskTypes } from '../../functions/tasks.ts';
@@ -63,9 +63,23 @@ export interface Harness {
   }): Promise<SweepCounts>;
   consume(
     bodies: unknown[],
-    options?: { now?: Date; faults?: Faults; onSettled?: (index: number, verdict: Verdict) => void },
+    options?: {
+      now?: Date;
+      faults?: Faults;
+      onSettled?: OnSettled;
+      /**
+       * The consumer's wait for early tasks. Default: with `now`, none (the
+       * start after it runs at now + the wait); on the database clock, a real sleep.
+       */
+      sleep?: (ms: number) => Promise<void>;
+    },
   ): Promise<ConsumeOutcome>;
-  /** Sweeps, then consumes everything sent, until nothing is left to send. */
+  /**
+   * Messages a consume retried with a delay (delivered too early), as the
+   * Queue keeps them: `drain` delivers each once its time has come.
+   */
+  redeliveries: { body: unknown; notBefore: number }[];
+  /** Sweeps, then consumes everything sent (and redeliveries now due), until nothing is left to send. */
   drain(options?: { now?: Date; rounds?: number }): Promise<void>;
 }
 
@@ -101,17 +115,30 @@ export function createHarness(
         },
         { now: o.now },
       ),
+    redeliveries: [],
     consume: (bodies, o = {}) =>
-      consumeBatch({ db, config, registry, log, signingSecrets, faults: o.faults, sleep: async () => {} }, bodies, {
-        now: o.now,
-        onSettled: o.onSettled,
-      }),
+      consumeBatch(
+        { db, config, registry, log, signingSecrets, faults: o.faults, sleep: o.sleep ?? (o.now ? async () => {} : undefined) },
+        bodies,
+        {
+          now: o.now,
+          onSettled: (i, verdict, retryDelaySeconds) => {
+            if (verdict === 'retry' && retryDelaySeconds !== undefined) {
+              h.redeliveries.push({ body: bodies[i], notBefore: (o.now?.getTime() ?? Date.now()) + retryDelaySeconds * 1000 });
+            }
+            o.onSettled?.(i, verdict, retryDelaySeconds);
+          },
+        },
+      ),
     async drain(o = {}) {
       for (let i = 0; i < (o.rounds ?? 20); i++) {
         await h.sweep({ now: o.now });
-        const sent = outbox.take();
-        if (sent.length === 0) return;
-        await h.consume(sent.map((m) => m.body), { now: o.now });
+        const nowMs = o.now?.getTime() ?? Date.now();
+        const due = h.redeliveries.filter((r) => r.notBefore <= nowMs);
+        h.redeliveries = h.redeliveries.filter((r) => r.notBefore > nowMs);
+        const bodies = [...outbox.take().map((m) => m.body), ...due.map((r) => r.body)];
+        if (bodies.length === 0) return;
+        await h.consume(bodies, { now: o.now });
       }
     },
   };

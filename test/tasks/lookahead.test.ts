@@ -106,47 +106,181 @@ describe('reschedule by idempotency key, after the look-ahead claimed and sent t
     expect(b).toMatchObject({ outcome: 'deduplicated', task: { status: 'running', leaseEpoch: 1, attempts: 1, payload: { v: 1 }, runAt: at(5) } });
   });
 
-  it('S23: a reschedule racing the consumer start, 200 times: exactly one wins, never both, never neither', async () => {
-    const n = 200;
-    const inputs = Array.from({ length: n }, (_, i) => ({ task: 'record', payload: { v: 1 }, delay: 30, idempotencyKey: `race-${i}` }));
-    const created = await h.enqueue(inputs, { now: T0 });
+  for (const arrival of [
+    { name: 'on time', at: 30 },
+    // The first start finds it early; the start after the wait races the reschedule too.
+    { name: 'delivered 1.5 s early, waiting out its run_at', at: 28.5 },
+  ]) {
+    it(`S23: a reschedule racing the consumer start (message ${arrival.name}), 200 times: exactly one wins, never both, never neither`, async () => {
+      const n = 200;
+      const inputs = Array.from({ length: n }, (_, i) => ({ task: 'record', payload: { v: 1 }, delay: 30, idempotencyKey: `race-${i}` }));
+      const created = await h.enqueue(inputs, { now: T0 });
+      await h.sweep({ now: T0 });
+      const sent = new Map(h.outbox.take().map((m) => [m.body.id, m.body]));
+      expect(sent.size).toBe(n);
+      const verdicts = { startWon: 0, rescheduleWon: 0 };
+      for (let i = 0; i < n; i += 10) {
+        await Promise.all(
+          created.slice(i, i + 10).map(async (c, j) => {
+            const id = c!.task!.id;
+            const consumer = createHarness(pool[j % pool.length]!, { handlers: [recordTask()] });
+            const user = createHarness(pool[(j + 1) % pool.length]!, { handlers: [recordTask()] });
+            const [consumed, [rescheduled]] = await Promise.all([
+              consumer.consume([sent.get(id)!], { now: at(arrival.at) }),
+              user.enqueue({ task: 'record', payload: { v: 2 }, delay: 40, idempotencyKey: `race-${i + j}` }, { now: at(29) }),
+            ]);
+            const ran = consumed.results.length === 1;
+            if (ran) {
+              expect(rescheduled!.outcome, id).toBe('deduplicated');
+              verdicts.startWon++;
+            } else {
+              expect(consumed.skipped, id).toBe(1);
+              expect(rescheduled!.outcome, id).toBe('rescheduled');
+              expect(rescheduled!.task).toMatchObject({ leaseEpoch: 2, attempts: 0, payload: { v: 2 } });
+              verdicts.rescheduleWon++;
+            }
+          }),
+        );
+      }
+      expect(verdicts.startWon + verdicts.rescheduleWon).toBe(n);
+      // Never started before its run_at, whenever the message arrived.
+      expect(await t.db.query(`select id from tasks where started_at < run_at`)).toEqual([]);
+      const ranIds = new Set(runs.map((r) => r.id));
+      expect(runs).toHaveLength(verdicts.startWon); // never twice
+      // The rescheduled ones run once, later, with the new payload.
+      await h.drain({ now: at(100) });
+      expect(runs).toHaveLength(n);
+      expect(new Set(runs.map((r) => r.id)).size).toBe(n);
+      expect(runs.filter((r) => !ranIds.has(r.id)).every((r) => (r.payload as { v: number }).v === 2)).toBe(true);
+      await expectNoLoss(t.db, at(100));
+      await expectOneCompletion(t.db);
+    });
+  }
+});
+
+describe('a message delivered before its run_at (the Queue rounds the delay down): nothing starts before it', () => {
+  /** A task due at 12:00:30, claimed early; its message in flight. */
+  const claimedEarly = async (input: Record<string, unknown> = {}) => {
+    const [a] = await h.enqueue({ task: 'record', payload: { v: 1 }, delay: 30, ...input }, { now: T0 });
     await h.sweep({ now: T0 });
-    const sent = new Map(h.outbox.take().map((m) => [m.body.id, m.body]));
-    expect(sent.size).toBe(n);
-    const verdicts = { startWon: 0, rescheduleWon: 0 };
-    for (let i = 0; i < n; i += 10) {
-      await Promise.all(
-        created.slice(i, i + 10).map(async (c, j) => {
-          const id = c!.task!.id;
-          const consumer = createHarness(pool[j % pool.length]!, { handlers: [recordTask()] });
-          const user = createHarness(pool[(j + 1) % pool.length]!, { handlers: [recordTask()] });
-          const [consumed, [rescheduled]] = await Promise.all([
-            consumer.consume([sent.get(id)!], { now: at(30) }),
-            user.enqueue({ task: 'record', payload: { v: 2 }, delay: 40, idempotencyKey: `race-${i + j}` }, { now: at(29) }),
-          ]);
-          const ran = consumed.results.length === 1;
-          if (ran) {
-            expect(rescheduled!.outcome, id).toBe('deduplicated');
-            verdicts.startWon++;
-          } else {
-            expect(consumed.skipped, id).toBe(1);
-            expect(rescheduled!.outcome, id).toBe('rescheduled');
-            expect(rescheduled!.task).toMatchObject({ leaseEpoch: 2, attempts: 0, payload: { v: 2 } });
-            verdicts.rescheduleWon++;
-          }
-        }),
-      );
-    }
-    expect(verdicts.startWon + verdicts.rescheduleWon).toBe(n);
-    const ranIds = new Set(runs.map((r) => r.id));
-    expect(runs).toHaveLength(verdicts.startWon); // never twice
-    // The rescheduled ones run once, later, with the new payload.
-    await h.drain({ now: at(100) });
-    expect(runs).toHaveLength(n);
-    expect(new Set(runs.map((r) => r.id)).size).toBe(n);
-    expect(runs.filter((r) => !ranIds.has(r.id)).every((r) => (r.payload as { v: number }).v === 2)).toBe(true);
-    await expectNoLoss(t.db, at(100));
+    const [sent] = h.outbox.take();
+    return { id: a!.task!.id, body: sent!.body };
+  };
+  const startedAt = async (id: string) =>
+    (await t.db.query<{ started_at: Date | null }>(`select started_at from tasks where id = $1::bigint`, [id]))[0]!.started_at;
+
+  it('delivered 1.5 s early: the fenced start leaves it waiting (shown queued), then starts it at its run_at', async () => {
+    const { id, body } = await claimedEarly();
+    const sleeps: number[] = [];
+    const out = await h.consume([body], {
+      now: at(28.5),
+      sleep: async (ms) => {
+        sleeps.push(ms);
+        expect(await row(id)).toMatchObject({ status: 'running', attempts: 1 });
+        expect(await startedAt(id)).toBeNull();
+        const shown = await api.admin('GET', `/v1/tasks/${id}`, { tenant: 'acme' });
+        expect(shown.body).toMatchObject({ status: 'queued', attempts: 0, startedAt: null, dispatch: { epoch: 1 } });
+      },
+    });
+    expect(sleeps).toEqual([1500]);
+    expect(out).toMatchObject({ verdicts: ['ack'], results: [{ id, outcome: 'succeeded', status: 'succeeded' }], skipped: 0 });
+    expect(runs).toEqual([{ id, payload: { v: 1 }, epoch: 1, attempt: 1 }]);
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'succeeded', startedAt: at(30), attempts: 1 });
+  });
+
+  it('a reschedule by key in that window answers 200 (not deduplicated); the task runs once, at the new time, with the new payload', async () => {
+    const { id, body } = await claimedEarly({ idempotencyKey: 'debounce' });
+    const out = await h.consume([body], {
+      now: at(28.5),
+      sleep: async () => {
+        api.setNow(at(29));
+        const reply = await api.admin('POST', '/v1/tasks', {
+          tenant: 'acme',
+          body: { task: 'record', payload: { v: 2 }, runAt: at(90).toISOString(), idempotencyKey: 'debounce' },
+        });
+        expect(reply.status).toBe(200);
+        expect(reply.body.deduplicated).toBeUndefined();
+        expect(reply.body).toMatchObject({ id, status: 'scheduled', attempts: 0, payload: { v: 2 }, runAt: at(90).toISOString() });
+      },
+    });
+    // The start after the wait finds the epoch moved: skipped as stale.
+    expect(out).toMatchObject({ verdicts: ['ack'], results: [], skipped: 1 });
+    expect(runs).toEqual([]);
+    expect(await startedAt(id)).toBeNull();
+    await h.drain({ now: at(60) });
+    expect(runs).toEqual([]);
+    await h.drain({ now: at(90) });
+    expect(runs).toEqual([{ id, payload: { v: 2 }, epoch: 3, attempt: 1 }]);
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'succeeded', startedAt: at(90) });
+    await expectNoLoss(t.db, at(90));
     await expectOneCompletion(t.db);
+  });
+
+  it('a queue paused in that window: nothing starts; back in its queue, no attempt spent; it runs after the resume', async () => {
+    const { id, body } = await claimedEarly();
+    const out = await h.consume([body], {
+      now: at(28.5),
+      sleep: async () => {
+        expect((await api.admin('PUT', '/v1/admin/queues/default', { body: { paused: true } })).status).toBe(200);
+      },
+    });
+    expect(out).toMatchObject({ verdicts: ['ack'], results: [], skipped: 1 });
+    expect(runs).toEqual([]);
+    expect(await row(id)).toMatchObject({ status: 'queued', attempts: 0, dispatched_at: null });
+    expect(await startedAt(id)).toBeNull();
+    await h.drain({ now: at(40) });
+    expect(runs).toEqual([]);
+    await api.admin('PUT', '/v1/admin/queues/default', { body: { paused: false } });
+    await h.drain({ now: at(41) });
+    expect(runs).toEqual([{ id, payload: { v: 1 }, epoch: 2, attempt: 1 }]);
+  });
+
+  it('a queue already paused when the early message arrives: refused at once, no wait', async () => {
+    const { id, body } = await claimedEarly();
+    await api.admin('PUT', '/v1/admin/queues/default', { body: { paused: true } });
+    const sleeps: number[] = [];
+    const out = await h.consume([body], { now: at(28.5), sleep: async (ms) => void sleeps.push(ms) });
+    expect(sleeps).toEqual([]);
+    expect(out).toMatchObject({ verdicts: ['ack'], results: [], skipped: 1 });
+    expect(await row(id)).toMatchObject({ status: 'queued', attempts: 0 });
+  });
+
+  it('too early to wait for in the invocation (10 s): retried with the delay left, untouched, and run once when redelivered', async () => {
+    const { id, body } = await claimedEarly();
+    const settled: [number, string, number | undefined][] = [];
+    const out = await h.consume([body], { now: at(20), onSettled: (i, v, d) => void settled.push([i, v, d]) });
+    // Delays are whole seconds, shortened by the Queue's batch timeout (1 s), as the sweep sends them.
+    expect(settled).toEqual([[0, 'retry', 9]]);
+    expect(out).toMatchObject({ verdicts: ['retry'], results: [], skipped: 0, deferred: 1 });
+    expect(await row(id)).toMatchObject({ status: 'running', attempts: 1, lease_epoch: '1' });
+    expect(await startedAt(id)).toBeNull();
+    await h.drain({ now: at(29) }); // redelivered 1 s early: waited for, then started
+    expect(runs).toEqual([{ id, payload: { v: 1 }, epoch: 1, attempt: 1 }]);
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'succeeded', startedAt: at(30) });
+  });
+
+  it('early tasks due close together share one start after one wait; each starts at most 100 ms after its run_at', async () => {
+    const dues = [0, 0.3, 0.35, 0.4, 1.5, 1.55];
+    const created = await h.enqueue(
+      dues.map((d, i) => ({ task: 'record', payload: { v: i }, runAt: at(10 + d) })),
+      { now: T0 },
+    );
+    await h.sweep({ now: T0 });
+    const sent = h.outbox.take();
+    expect(sent).toHaveLength(dues.length);
+    const sleeps: number[] = [];
+    const out = await h.consume(sent.map((m) => m.body), { now: at(10), sleep: async (ms) => void sleeps.push(ms) });
+    expect(out.results).toHaveLength(dues.length);
+    // The due one at once; 0.3-0.4 s after one wait of 400 ms; 1.5-1.55 s after one of 1550 ms.
+    expect(sleeps.sort((a, b) => a - b)).toEqual([400, 1550]);
+    const starts = await t.db.query<{ id: string; late_ms: number }>(
+      `select id, (extract(epoch from started_at - run_at) * 1000)::float8 as late_ms from tasks order by id`,
+    );
+    expect(starts.map((s) => s.id)).toEqual(created.map((c) => c!.task!.id));
+    for (const s of starts) {
+      expect(s.late_ms).toBeGreaterThanOrEqual(0);
+      expect(s.late_ms).toBeLessThanOrEqual(100);
+    }
   });
 });
 
@@ -307,29 +441,40 @@ describe('pause, replace and delete a schedule with occurrences already claimed'
   });
 
   for (const action of ['pause', 'replace'] as const) {
-    it(`${action} leaves an occurrence whose handler started early (waiting for its time) to finish`, async () => {
+    it(`${action} while an occurrence's message waits out its last 1.5 s: it does not start under the old definition`, async () => {
       api.setNow(at(9));
       await put('tick', { interval: 3, payload: { v: 1 } });
       await h.sweep({ now: at(10) });
       const sent = h.outbox.take();
-      // 12:00:18's consumer started at 12:00:16: its handler waits for 12:00:18.
+      // 12:00:18's message arrives at 12:00:16.5: claimed, not started; the consumer waits.
       const early = sent[2]!.body;
-      const started = await startTasks(t.db, { now: at(16), tasks: [early], leaseGraceSeconds: 30 });
-      expect(started.started.map((s) => s.task.scheduledFor)).toEqual([at(18)]);
-      api.setNow(at(16));
-      if (action === 'pause') expect((await api.admin('POST', '/v1/schedules/tick/pause', { tenant: 'acme' })).status).toBe(200);
-      else await put('tick', { interval: 3, payload: { v: 2 } });
-      const kept = await t.db.query(`select status, started_at from tasks where id = $1::bigint`, [early.id]);
-      expect(kept).toEqual([{ status: 'running', started_at: at(18) }]);
-      const done = await finishTasks(t.db, {
-        now: at(18),
-        results: [{ id: early.id, epoch: early.epoch, outcome: 'succeeded', error: null, retryDelayMs: null }],
+      const out = await h.consume([early], {
+        now: at(16.5),
+        sleep: async (ms) => {
+          expect(ms).toBe(1500);
+          expect((await t.db.query(`select status, started_at from tasks where id = $1::bigint`, [early.id]))[0]).toEqual({
+            status: 'running',
+            started_at: null,
+          });
+          api.setNow(at(17));
+          if (action === 'pause') expect((await api.admin('POST', '/v1/schedules/tick/pause', { tenant: 'acme' })).status).toBe(200);
+          else await put('tick', { interval: 3, payload: { v: 2 } });
+        },
       });
-      expect(done).toEqual({ finished: [{ id: early.id, status: 'succeeded', runAt: at(18) }], lost: [] });
-      // The replaced definition fires at 12:00:18 too: the occurrence key keeps it to the one that ran.
-      await h.sweep({ now: at(17) });
-      const at18 = await t.db.query(`select id from tasks where scheduled_for = $1::timestamptz`, [at(18)]);
-      expect(at18).toEqual([{ id: early.id }]);
+      // The late start finds the occurrence taken back: skipped, nothing ran.
+      expect(out).toMatchObject({ verdicts: ['ack'], results: [], skipped: 1, deferred: 0 });
+      expect(runs).toEqual([]);
+      // Planned early and never started: withdrawn.
+      expect(await t.db.query(`select status from tasks where id = $1::bigint`, [early.id])).toEqual([]);
+      await h.drain({ now: at(18) });
+      // Paused: nothing fires. Replaced: 12:00:18 fires once, under the new definition.
+      if (action === 'pause') expect(runs).toEqual([]);
+      else {
+        expect(runs.length).toBeGreaterThan(0);
+        expect(runs.every((r) => (r.payload as { v: number }).v === 2)).toBe(true);
+        const at18 = await t.db.query(`select status, payload from tasks where scheduled_for = $1::timestamptz`, [at(18)]);
+        expect(at18).toEqual([{ status: 'succeeded', payload: { v: 2 } }]);
+      }
     });
   }
 

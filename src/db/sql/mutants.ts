@@ -305,8 +305,10 @@ export const mutants: Mutant[] = [
     statement: 'tasks_start_if_claimed',
     guard: 'a paused queue refuses the start',
     find: `and not exists (select 1 from queues q where q.name = t.queue and q.paused)
+       and t.run_at <= clock.now
      returning`,
     replace: `and not exists (select 1 from queues q where q.name = t.queue and false)
+       and t.run_at <= clock.now
      returning`,
     tests: ['test/tasks/lookahead.test.ts'],
   },
@@ -828,11 +830,24 @@ export const mutants: Mutant[] = [
       {
         file: TASKS,
         find: `and not exists (select 1 from queues q where q.name = t.queue and q.paused)
+       and t.run_at <= clock.now
      returning \${TASK_COLUMNS_T}`,
         replace: `and true
+       and t.run_at <= clock.now
      returning \${TASK_COLUMNS_T}`,
       },
     ],
+    tests: ['test/tasks/lookahead.test.ts'],
+  },
+  {
+    id: 'start-when-due',
+    file: TASKS,
+    statement: 'tasks_start_if_claimed',
+    guard: 'start_only_when_due: a message delivered before run_at does not start its task (a reschedule, cancel or pause in that window still wins)',
+    find: `and t.run_at <= clock.now
+     returning`,
+    replace: `and true
+     returning`,
     tests: ['test/tasks/lookahead.test.ts'],
   },
   {

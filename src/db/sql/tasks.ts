@@ -702,10 +702,16 @@ export async function releaseClaims(
 
 export interface StartedTask {
   task: Task;
-  /** Milliseconds until run_at (claimed early with a delay that was rounded down). */
-  waitMs: number;
   /** The W3C trace context of the request that enqueued it, if it had one. */
   trace: TraceContext | null;
+}
+
+/** A matching message that arrived before its task's run_at: not started, to be started after `waitMs`. */
+export interface EarlyTask {
+  id: string;
+  epoch: number;
+  /** Milliseconds until run_at on the database clock. */
+  waitMs: number;
 }
 
 /**
@@ -713,6 +719,13 @@ export interface StartedTask {
  * epoch and `running` still match and the attempt has not started yet, so a
  * duplicate delivery, a cancelled task or a stale epoch never runs. The lease
  * is stretched to the task's timeout plus grace from its start.
+ *
+ * start_only_when_due: a task starts only once its run_at has come on the
+ * database clock. A message delivered early (the Queue's whole-second delay
+ * rounded down, plus its batch timeout) leaves its task claimed but not
+ * started, so until then every user action (reschedule by key, cancel, queue
+ * or schedule pause) still takes it back; it comes back as `early` with the
+ * wait, and the consumer starts it with this same statement once due.
  *
  * refuse_if_queue_paused: a task whose queue was paused after it was claimed
  * (sent with a delay by the look-ahead) does not start. It goes back to
@@ -740,38 +753,41 @@ const tasksStartIfClaimed = sql(
    ),
    started as (
      update tasks t set
-       started_at = greatest(clock.now, t.run_at),
+       started_at = clock.now,
        -- The hand-off's time, from the batch's dispatch mark (now if the sweep died before writing it).
        dispatched_at = coalesce(t.dispatched_at,
                                 (select d.dispatched_at from dispatch_marks d where d.claim_token = t.claim_token),
                                 clock.now),
-       lease_expires_at = greatest(clock.now, t.run_at)
-                          + make_interval(secs => (t.timeout_ms / 1000.0) + $4::int),
+       lease_expires_at = clock.now + make_interval(secs => (t.timeout_ms / 1000.0) + $4::int),
        updated_at = clock.now
      from msg, clock
      where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)
-     returning ${TASK_COLUMNS_T}, greatest(0, extract(epoch from t.run_at - clock.now) * 1000)::float8 as wait_ms,
-               t.traceparent, t.tracestate
+       and t.run_at <= clock.now
+     returning ${TASK_COLUMNS_T}, t.traceparent, t.tracestate
    )
-   select s.*, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status, true as started,
-          null::text as reason
+   select s.*, null::float8 as wait_ms, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status,
+          true as started, null::text as reason
    from started s
    union all
-   select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, null, null, m.epoch,
-          cur.lease_epoch, case when r.id is not null then 'queued' else cur.status end, false,
-          case when r.id is not null then 'queue_paused' end
-   from msg m left join tasks cur on cur.id = m.id left join refused r on r.id = m.id
+   select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, null,
+          case when r.id is null then greatest(0, extract(epoch from cur.run_at - clock.now) * 1000)::float8 end,
+          m.epoch, cur.lease_epoch, case when r.id is not null then 'queued' else cur.status end, false,
+          case when r.id is not null then 'queue_paused'
+               when cur.lease_epoch = m.epoch and cur.status = 'running' and cur.started_at is null and cur.run_at > clock.now
+               then 'early' end
+   from msg m cross join clock left join tasks cur on cur.id = m.id left join refused r on r.id = m.id
    where m.id not in (select id from started)`,
 );
 
 export async function startTasks(
   q: Queryable,
   p: { now?: Now; tasks: readonly { id: string; epoch: number }[]; leaseGraceSeconds: number },
-): Promise<{ started: StartedTask[]; lost: LostFence[] }> {
+): Promise<{ started: StartedTask[]; early: EarlyTask[]; lost: LostFence[] }> {
   const rows = await q.query<
-    TaskRow & LostRow & { wait_ms: number; started: boolean; reason: 'queue_paused' | null; traceparent: string | null; tracestate: string | null }
+    TaskRow &
+      LostRow & { wait_ms: number | null; started: boolean; reason: 'queue_paused' | 'early' | null; traceparent: string | null; tracestate: string | null }
   >(tasksStartIfClaimed, [
     at(p.now),
     p.tasks.map((t) => t.id),
@@ -779,14 +795,16 @@ export async function startTasks(
     p.leaseGraceSeconds,
   ]);
   const started: StartedTask[] = [];
+  const early: EarlyTask[] = [];
   const lost: LostFence[] = [];
   for (const r of rows) {
     if (r.started) {
       const trace = r.traceparent ? { traceparent: r.traceparent, tracestate: r.tracestate } : null;
-      started.push({ task: taskFromRow(r), waitMs: Number(r.wait_ms), trace });
-    } else lost.push(r.reason ? { ...lostFromRow(r), reason: r.reason } : lostFromRow(r));
+      started.push({ task: taskFromRow(r), trace });
+    } else if (r.reason === 'early') early.push({ id: String(r.id), epoch: Number(r.epoch), waitMs: Number(r.wait_ms) });
+    else lost.push(r.reason ? { ...lostFromRow(r), reason: r.reason } : lostFromRow(r));
   }
-  return { started, lost };
+  return { started, early, lost };
 }
 
 export type AttemptOutcome = 'succeeded' | 'failed' | 'permanent';
