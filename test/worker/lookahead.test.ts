@@ -227,3 +227,141 @@ describe('pause a queue with tasks already sent', () => {
     for (let i = 0; i < 3; i++) expect((await deliveries(path(i))).map((d) => d.body)).toEqual([JSON.stringify({ i })]);
   });
 });
+
+describe('a message delivered 1.5 s before its run_at (the Queue rounds delays down): nothing starts before it', () => {
+  /** Waits (wall clock) until the database clock reaches `t`. */
+  const untilDbTime = async (t: number) => {
+    for (;;) {
+      const left = t - (await dbNow()).getTime();
+      if (left <= 0) return;
+      await sleep(Math.min(left, 1000));
+    }
+  };
+  /** Hands the consumer a copy of the task's message now; resolves once the invocation ends. */
+  function deliver(label: string, id: string, epoch: number) {
+    const batch = createMessageBatch('edge-scheduler-tasks', [{ id: label, timestamp: Date.now(), attempts: 1, body: { id, epoch, runAt: 0 } }]);
+    const ctx = createExecutionContext();
+    return worker.queue(batch as never, env as unknown as Env, ctx).then(() => getQueueResult(batch, ctx));
+  }
+  const claimed = (id: string) =>
+    until(
+      () => rows('id = $1::bigint', [id]),
+      (r) => r[0]!.status === 'running' && r[0]!.dispatched_at !== null,
+    ).then((r) => r[0]!);
+  const startedEarly = async (tenant: string) =>
+    (await rows(`tenant = $1::text and started_at < run_at`, [tenant])).map((r) => r.id);
+
+  it('a reschedule by key in that window answers 200 (not deduplicated); one run, at the new time, with the new payload', async () => {
+    const tenant = `la-early-resched-${run}`;
+    const path = `/hook/ok/early-resched-${run}`;
+    const url = `${env.RECEIVER_URL}${path}`;
+    const runAt = new Date((await dbNow()).getTime() + 4000);
+    const first = await api('/v1/tasks', tenant, {
+      method: 'POST',
+      body: { task: 'http', payload: { url, body: { v: 1 } }, runAt: runAt.toISOString(), idempotencyKey: 'debounce' },
+    });
+    expect(first.status).toBe(201);
+    await sweep(); // claimed, sent with a 2 s delay (its own message also arrives a little early)
+    const epoch = Number((await claimed(first.body.id)).lease_epoch);
+
+    await untilDbTime(runAt.getTime() - 1500);
+    const consumed = deliver('early-resched', first.body.id, epoch);
+    await sleep(300);
+    const [waiting] = await rows('id = $1::bigint', [first.body.id]);
+    expect(waiting).toMatchObject({ status: 'running', started_at: null });
+    expect((await api(`/v1/tasks/${first.body.id}`, tenant)).body).toMatchObject({ status: 'queued', startedAt: null });
+
+    const newRunAt = new Date((await dbNow()).getTime() + 3000);
+    const again = await api('/v1/tasks', tenant, {
+      method: 'POST',
+      body: { task: 'http', payload: { url, body: { v: 2 } }, runAt: newRunAt.toISOString(), idempotencyKey: 'debounce' },
+    });
+    expect(again.status).toBe(200);
+    expect(again.body.deduplicated).toBeUndefined();
+    expect(again.body).toMatchObject({ id: first.body.id, status: 'queued', attempts: 0, dispatch: null, payload: { url, body: { v: 2 } } });
+    // The consumer's start after its wait finds the epoch moved: acknowledged, skipped.
+    expect((await consumed).explicitAcks).toEqual(['early-resched']);
+    expect((await rows('id = $1::bigint', [first.body.id]))[0]!.started_at).toBeNull();
+
+    await sweep();
+    const done = await until(
+      () => api(`/v1/tasks/${first.body.id}`, tenant),
+      (r) => r.body.status === 'succeeded',
+    );
+    expect(done.body).toMatchObject({ status: 'succeeded', attempts: 1, payload: { url, body: { v: 2 } } });
+    expect(Date.parse(done.body.startedAt)).toBeGreaterThanOrEqual(newRunAt.getTime());
+    expect((await deliveries(path)).map((d) => d.body)).toEqual(['{"v":2}']);
+    expect(await startedEarly(tenant)).toEqual([]);
+  });
+
+  it('a queue paused in that window: nothing starts; back in its queue, no attempt spent; runs once after the resume', async () => {
+    const tenant = `la-early-queue-${run}`;
+    const queue = `la-eq-${run}`;
+    const path = `/hook/ok/early-queue-${run}`;
+    const runAt = new Date((await dbNow()).getTime() + 3000);
+    const r = await api('/v1/tasks', tenant, {
+      method: 'POST',
+      body: { task: 'http', queue, payload: { url: `${env.RECEIVER_URL}${path}`, body: { q: 1 } }, runAt: runAt.toISOString() },
+    });
+    expect(r.status).toBe(201);
+    await sweep();
+    const epoch = Number((await claimed(r.body.id)).lease_epoch);
+
+    await untilDbTime(runAt.getTime() - 1500);
+    const consumed = deliver('early-queue', r.body.id, epoch);
+    await sleep(300);
+    expect((await rows('id = $1::bigint', [r.body.id]))[0]).toMatchObject({ status: 'running', started_at: null });
+    expect((await api(`/v1/admin/queues/${queue}`, tenant, { method: 'PUT', body: { paused: true } })).status).toBe(200);
+    expect((await consumed).explicitAcks).toEqual(['early-queue']);
+    expect((await rows('id = $1::bigint', [r.body.id]))[0]).toMatchObject({ status: 'queued', attempts: 0, started_at: null });
+
+    await untilDbTime(runAt.getTime() + 1500); // the sweep's own message has come and gone too
+    await sweep();
+    expect((await rows('id = $1::bigint', [r.body.id]))[0]).toMatchObject({ status: 'queued', attempts: 0, started_at: null });
+    expect(await deliveries(path)).toEqual([]);
+
+    expect((await api(`/v1/admin/queues/${queue}`, tenant, { method: 'PUT', body: { paused: false } })).status).toBe(200);
+    await sweep();
+    const [done] = await until(
+      () => rows('id = $1::bigint', [r.body.id]),
+      (x) => x[0]!.status === 'succeeded',
+    );
+    expect(done).toMatchObject({ status: 'succeeded', attempts: 1 });
+    expect((await deliveries(path)).map((d) => d.body)).toEqual(['{"q":1}']);
+    expect(await startedEarly(tenant)).toEqual([]);
+  });
+
+  it('a schedule paused in that window: the occurrence waiting out its last 1.5 s does not start, nor does any later one', async () => {
+    const tenant = `la-early-sched-${run}`;
+    const path = `/hook/ok/early-sched-${run}`;
+    const put = await api('/v1/schedules/tick', tenant, {
+      method: 'PUT',
+      body: { interval: 3, task: 'http', payload: { url: `${env.RECEIVER_URL}${path}`, body: { s: 1 } } },
+    });
+    expect(put.status).toBe(201);
+    await sweep();
+    const now = (await dbNow()).getTime();
+    const next = (await rows(`tenant = $1::text and status = 'running' and started_at is null`, [tenant])).find(
+      (x) => x.run_at.getTime() >= now + 2000,
+    )!;
+    expect(next).toBeDefined();
+
+    await untilDbTime(next.run_at.getTime() - 1500);
+    const consumed = deliver('early-sched', next.id, Number(next.lease_epoch));
+    await sleep(300);
+    expect((await rows('id = $1::bigint', [next.id]))[0]).toMatchObject({ status: 'running', started_at: null });
+    const paused = await api('/v1/schedules/tick/pause', tenant, { method: 'POST' });
+    expect(paused.status).toBe(200);
+    const pausedAt = await dbNow();
+    expect((await consumed).explicitAcks).toEqual(['early-sched']);
+
+    await untilDbTime(next.run_at.getTime() + 3500); // its own message and the next occurrence's time pass
+    await sweep();
+    const started = await rows(`tenant = $1::text and started_at is not null`, [tenant]);
+    expect(started.filter((x) => x.started_at!.getTime() >= pausedAt.getTime())).toEqual([]);
+    expect(started.map((x) => x.id)).not.toContain(next.id);
+    expect((await deliveries(path)).length).toBe(started.length);
+    expect(await startedEarly(tenant)).toEqual([]);
+    await api('/v1/schedules/tick', tenant, { method: 'DELETE' });
+  });
+});
