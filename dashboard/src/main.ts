@@ -345,7 +345,7 @@ function queuesView(): View {
           : h(
               'table',
               {},
-              h('caption', {}, 'Tasks by status per queue; lag is how long the oldest due task has waited'),
+              h('caption', {}, 'Tasks by status per queue (finished: in the last hour); lag is how long the oldest due task has waited'),
               h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Queue'), h('th', { scope: 'col' }, 'State'), ...STATUSES.map((st) => h('th', { scope: 'col', class: 'num' }, st)), h('th', { scope: 'col', class: 'num' }, 'Lag'), session.admin ? h('th', { scope: 'col' }, 'Actions') : null)),
               h(
                 'tbody',

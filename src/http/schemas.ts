@@ -279,7 +279,11 @@ export const QueueStatsSchema = z
   .object({
     name: z.string(),
     paused: z.boolean(),
-    counts: z.record(z.enum(TASK_STATUSES), z.int()),
+    counts: z.record(z.enum(TASK_STATUSES), z.int()).openapi({
+      description:
+        'scheduled, queued and running: now, as shown (claimed early and not started counts as queued); ' +
+        'succeeded, dead, cancelled and missed: finished in the last hour.',
+    }),
     lagSeconds: z.number().openapi({ description: 'How long the oldest due, unclaimed task has waited.' }),
   })
   .openapi('QueueStats');

@@ -1,8 +1,10 @@
 // The routes the dashboard added: the admin's tenant and key listings, and
-// the per-minute series behind the charts.
+// the per-minute series behind the charts; the queue table it polls.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { startTasks } from '../../src/db/sql/tasks.ts';
 import { defineTask, PermanentError } from '../../src/handlers/registry.ts';
+import { cancelTask } from '../../src/tasks/cancel.ts';
 import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 import { createTestApi } from '../helpers/http.ts';
@@ -73,5 +75,60 @@ describe('GET /v1/stats/finished', () => {
     expect(bad.body.error.details[0].path).toBe('minutes');
     api.setNow(undefined);
     expect((await api.call('GET', '/v1/stats/finished')).status).toBe(401);
+  });
+});
+
+describe('GET /v1/queues', () => {
+  it('live counts as shown now, tasks finished in the last hour by outcome, the lag; nothing older, later or of another tenant', async () => {
+    // acme's history two hours back, in 'default' and in 'old': never counted, 'old' not listed.
+    await h.enqueue([{ task: 'noop' }, { task: 'noop', queue: 'old' }], { now: at(-7200), tenant: 'acme' });
+    await h.drain({ now: at(-7199) });
+    // In the hour: two succeeded, one dead, one cancelled; bolt's success beside them.
+    await h.enqueue([{ task: 'noop' }, { task: 'noop' }, { task: 'fatal' }], { now: T0, tenant: 'acme' });
+    await h.enqueue([{ task: 'noop' }], { now: T0, tenant: 'bolt' });
+    await h.drain({ now: at(2) });
+    const [doomed] = await h.enqueue({ task: 'noop', delay: 600 }, { now: T0, tenant: 'acme' });
+    expect(await cancelTask(t.db, 'acme', { id: doomed!.task!.id }, at(3))).toMatchObject({ status: 'cancelled' });
+    // Finished at 12:03:20, after the 12:01:40 the listing is read at (a clock set back): not counted.
+    await h.enqueue({ task: 'noop' }, { now: at(150), tenant: 'acme' });
+    await h.drain({ now: at(200) });
+    await h.enqueue({ task: 'noop', queue: 'bolt-q', delay: 3600 }, { now: at(150), tenant: 'bolt' });
+
+    // Live: 'mail' paused with a task due since 12:00:10; in 'default' one scheduled, one claimed
+    // early (shown queued) and one started.
+    expect((await api.admin('PUT', '/v1/admin/queues/mail', { body: { paused: true } })).status).toBe(200);
+    await h.enqueue({ task: 'noop', queue: 'mail', runAt: at(10) }, { now: at(10), tenant: 'acme' });
+    await h.enqueue([{ task: 'noop', delay: 3600 }, { task: 'noop' }, { task: 'noop', delay: 30 }], { now: at(90), tenant: 'acme' });
+    await h.sweep({ now: at(90) });
+    const sent = h.outbox.take();
+    expect(sent).toHaveLength(2);
+    const start = await startTasks(t.db, { now: at(90), tasks: sent.map((m) => m.body), leaseGraceSeconds: 30 });
+    expect([start.started.length, start.early.length]).toEqual([1, 1]);
+
+    api.setNow(at(100));
+    const res = await api.admin('GET', '/v1/queues', { tenant: 'acme' });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({
+      queues: [
+        {
+          name: 'default',
+          paused: false,
+          counts: { scheduled: 1, queued: 1, running: 1, succeeded: 2, dead: 1, cancelled: 1, missed: 0 },
+          lagSeconds: 0,
+        },
+        {
+          name: 'mail',
+          paused: true,
+          counts: { scheduled: 0, queued: 1, running: 0, succeeded: 0, dead: 0, cancelled: 0, missed: 0 },
+          lagSeconds: 90,
+        },
+      ],
+    });
+    // bolt sees only its own.
+    const bolt = await api.admin('GET', '/v1/queues', { tenant: 'bolt' });
+    expect(bolt.body.queues.map((q: { name: string; counts: { succeeded: number; scheduled: number } }) => [q.name, q.counts.succeeded, q.counts.scheduled])).toEqual([
+      ['bolt-q', 0, 1],
+      ['default', 1, 0],
+    ]);
   });
 });

@@ -437,12 +437,41 @@ export const mutants: Mutant[] = [
     id: 'stats-tenant',
     file: TENANTS,
     statement: 'queues_stats_for_tenant',
-    guard: 'the tenant filter',
-    find: `where t.tenant = $2::text
-   group by`,
-    replace: `where $2::text is not null
-   group by`,
-    tests: ['test/tenants/isolation.test.ts', 'test/tenants/fairness.test.ts'],
+    guard: 'the tenant filter of the live counts',
+    find: `where t.status in ('scheduled', 'queued', 'running') and t.tenant = $2::text`,
+    replace: `where t.status in ('scheduled', 'queued', 'running') and $2::text is not null`,
+    tests: ['test/tenants/isolation.test.ts', 'test/tenants/fairness.test.ts', 'test/http/dashboard-api.test.ts'],
+  },
+  {
+    id: 'stats-finished-tenant',
+    file: TENANTS,
+    statement: 'queues_stats_for_tenant',
+    guard: 'the tenant filter of the finished counts',
+    find: `and t.tenant = $2::text
+     group by t.queue, t.status`,
+    replace: `and $2::text is not null
+     group by t.queue, t.status`,
+    tests: ['test/http/dashboard-api.test.ts'],
+  },
+  {
+    id: 'stats-finished-window',
+    file: TENANTS,
+    statement: 'queues_stats_for_tenant',
+    guard: 'finished counts cover the window, never the history (tasks_finished_idx range)',
+    find: `and t.finished_at > clock.now - make_interval(secs => $3::int)`,
+    replace: `and $3::int is not null`,
+    tests: ['test/http/dashboard-api.test.ts'],
+  },
+  {
+    id: 'stats-finished-until-now',
+    file: TENANTS,
+    statement: 'queues_stats_for_tenant',
+    guard: 'finished counts stop at now (a clock set back)',
+    find: `and t.finished_at <= clock.now
+       and t.tenant = $2::text`,
+    replace: `and true
+       and t.tenant = $2::text`,
+    tests: ['test/http/dashboard-api.test.ts'],
   },
   {
     id: 'schedule-get-tenant',
