@@ -2,7 +2,7 @@
 // one build every path shares: `npm run build:dashboard` (before test and
 // deploy), `npm start`, the bench and the browser tests.
 import { existsSync } from 'node:fs';
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
@@ -18,6 +18,27 @@ export async function buildDashboard(): Promise<void> {
 /** Builds only when no build is there (wrangler refuses to start without the assets directory). */
 export async function ensureDashboardBuilt(): Promise<void> {
   if (!existsSync(join(dashboardDist, 'dashboard/index.html'))) await buildDashboard();
+}
+
+/**
+ * Builds when the build is missing or older than a dashboard source (its
+ * sources, index.html, the vite config): `npm start` keeps a fresh build, and
+ * one started beside the tests never rewrites the assets they serve.
+ */
+export async function buildDashboardIfStale(): Promise<boolean> {
+  const built = await stat(join(dashboardDist, 'dashboard/index.html')).catch(() => null);
+  const dashboard = join(root, 'dashboard');
+  const sources = [
+    join(dashboard, 'index.html'),
+    join(dashboard, 'vite.config.ts'),
+    ...(await readdir(join(dashboard, 'src'), { recursive: true, withFileTypes: true }))
+      .filter((e) => e.isFile())
+      .map((e) => join(e.parentPath, e.name)),
+  ];
+  const newest = Math.max(...(await Promise.all(sources.map(async (f) => (await stat(f)).mtimeMs))));
+  if (built && built.mtimeMs >= newest) return false;
+  await buildDashboard();
+  return true;
 }
 
 export interface DashboardSize {

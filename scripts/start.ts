@@ -1,7 +1,7 @@
 // `npm start`: the whole service on this machine.
 //   embedded Postgres (data under .data/, kept across restarts) unless
 //   DATABASE_URL is set -> migrations -> the WebSocket proxy -> wrangler dev
-//   -> the dashboard's build -> a ticker firing the cron handler every few seconds.
+//   -> the dashboard's build (when its sources are newer) -> a ticker firing the cron handler every few seconds.
 // The Worker reaches Postgres the way production should: `pg` through a
 // HYPERDRIVE binding, here in Hyperdrive's local mode (workerd opens a TCP
 // socket to the database). DATABASE_TRANSPORT=neon runs the Neon driver over
@@ -12,16 +12,18 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadMigrations } from './migrations.ts';
 import { openNodeDb } from './node-db.ts';
 import { startEmbeddedPostgres, type RunningPostgres } from './postgres.ts';
 import { startWsProxy, type WsProxy } from './ws-proxy.ts';
 import { migrate } from '../src/db/migrate.ts';
-import { buildDashboard } from './dashboard.ts';
+import { buildDashboardIfStale } from './dashboard.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const dataDir = `${root}.data`;
+// DATA_DIR: another place for all of it (Postgres, secrets, wrangler's state), e.g. a test's scratch directory.
+const dataDir = process.env.DATA_DIR ? resolve(process.env.DATA_DIR) : `${root}.data`;
 const say = (line: string) => console.log(`[start] ${line}`);
 
 const port = Number(process.env.PORT ?? 8787);
@@ -45,10 +47,11 @@ function withPassword(url: string): string {
 async function hyperdriveConfig(): Promise<string> {
   const base = await readFile(`${root}wrangler.toml`, 'utf8');
   const file = `${dataDir}/wrangler.local.toml`;
-  // The file lives in .data/: paths relative to wrangler.toml move up one level.
+  // The file lives in the data directory (.data/): paths relative to wrangler.toml are rebased.
+  const up = relative(dataDir, root) || '.';
   const local = base
-    .replace(/^main = "([^"]+)"/m, (_, main: string) => `main = "../${main}"`)
-    .replace(/^directory = "\.\/([^"]+)"/m, (_, dir: string) => `directory = "../${dir}"`);
+    .replace(/^main = "([^"]+)"/m, (_, main: string) => `main = "${up}/${main}"`)
+    .replace(/^directory = "\.\/([^"]+)"/m, (_, dir: string) => `directory = "${up}/${dir}"`);
   await writeFile(file, `${local}\n# Added by npm start: Hyperdrive's local mode.\n[[hyperdrive]]\nbinding = "HYPERDRIVE"\nid = "local"\n`);
   return file;
 }
@@ -170,8 +173,7 @@ async function main(): Promise<void> {
     };
     await writeFile(envFile, Object.entries(vars).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join('\n') + '\n', { mode: 0o600 });
 
-    say('building the dashboard');
-    await buildDashboard();
+    if (await buildDashboardIfStale()) say('dashboard built');
 
     const url = `http://127.0.0.1:${port}`;
     const configArgs = transport === 'hyperdrive' ? ['--config', await hyperdriveConfig()] : [];
