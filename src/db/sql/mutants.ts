@@ -562,6 +562,30 @@ export const mutants: Mutant[] = [
     tests: ['test/tenants/quotas.test.ts'],
   },
   {
+    id: 'replay-pending-quota',
+    file: 'src/db/sql/replay.ts',
+    statement: 'tasks_replay_terminal',
+    guard: 'maxPendingTasks counts the replays (pending_quota read before the insert)',
+    find: `from originals o, clock, pending_quota,
+          lateral (select coalesce($12::timestamptz, clock.now + coalesce($13::bigint, 0) * interval '1 millisecond') as due_at) d
+     where pending_quota.ok`,
+    replace: `from originals o, clock,
+          lateral (select coalesce($12::timestamptz, clock.now + coalesce($13::bigint, 0) * interval '1 millisecond') as due_at) d
+     where $14::int is not null`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'trigger-pending-quota',
+    file: 'src/db/sql/trigger.ts',
+    statement: 'schedules_trigger_occurrence',
+    guard: 'maxPendingTasks counts the occurrence (pending_quota read before the insert)',
+    find: `from s, slot, clock, pending_quota
+     where pending_quota.ok`,
+    replace: `from s, slot, clock
+     where $6::int is not null`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
     id: 'quota-pending-check',
     file: 'migrations/0011_quotas.sql',
     statement: 'function tasks_refuse_over_pending_quota (tasks_insert_batch)',
@@ -954,8 +978,8 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_insert_batch (pending_quota)',
     guard: 'a key the tenant already holds adds nothing (a reschedule at the limit)',
-    find: `or not exists (select 1 from tasks e where e.tenant = $2::text and e.idempotency_key = k.key)),`,
-    replace: `or true),`,
+    find: `or not exists (select 1 from tasks e where e.tenant = $2::text and e.idempotency_key = k.key))\``,
+    replace: `or true)\``,
     tests: ['test/tenants/quotas.test.ts'],
   },
   {

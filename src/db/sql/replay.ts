@@ -10,12 +10,13 @@
 // where the last one stopped, and its limit counts new replays only), and
 // ON CONFLICT ... DO NOTHING settles two statements racing over one original.
 //
-// Quotas (maxPendingTasks) will count these rows as new pending tasks: the
-// check belongs in this statement's `originals` CTE (a lower limit), or in
-// the service before it (src/tasks/replay.ts, `replayTasks`).
+// Quota (maxPendingTasks): every replay is a new pending task. The statement
+// shares the enqueue's `pending_quota` step (pendingQuotaOf): the originals
+// it would replay count as the tasks added, and over the limit the whole
+// statement is refused (TQ002, 429 quota_exceeded).
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT } from './tasks.ts';
+import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT, pendingQuotaOf } from './tasks.ts';
 import { TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
 
 type Now = Date | null | undefined;
@@ -66,7 +67,7 @@ export const MATCH_PREDICATES = `t.tenant = $2::text
  * after `afterId` (progress within one bulk call), at most `limit`.
  * Locks nothing but the tenant's fair-queuing rows; guards: the tenant, the
  * terminal status, no replay yet (NOT EXISTS, and the unique index on
- * conflict). A replay due within the look-ahead is born `queued` with its
+ * conflict), the tenant's maxPendingTasks (`pending_quota`). A replay due within the look-ahead is born `queued` with its
  * vtime, otherwise `scheduled`, exactly like an enqueue.
  */
 const tasksReplayTerminal = sql(
@@ -83,10 +84,12 @@ const tasksReplayTerminal = sql(
      order by t.id
      limit $11::int
    ),
+   ${pendingQuotaOf('$14::int', '(select count(*) from originals)')},
    input as (
      select o.*, o.id as ord, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
-     from originals o, clock,
+     from originals o, clock, pending_quota,
           lateral (select coalesce($12::timestamptz, clock.now + coalesce($13::bigint, 0) * interval '1 millisecond') as due_at) d
+     where pending_quota.ok
    ),
    ${KNOWN_QUEUES_OF_INPUT},
    ${FAIR_VTIME_OF_INPUT}
@@ -113,6 +116,8 @@ export async function replayTerminalTasks(
     limit: number;
     runAt?: Date | null;
     delayMs?: number | null;
+    /** The default maxPendingTasks (vars); the tenant's own quota overrides it. */
+    maxPendingTasks: number;
   },
 ): Promise<Task[]> {
   const rows = await q.query<TaskRow>(tasksReplayTerminal, [
@@ -124,6 +129,7 @@ export async function replayTerminalTasks(
     p.limit,
     p.runAt ?? null,
     p.delayMs ?? null,
+    p.maxPendingTasks,
   ]);
   return rows.map(taskFromRow).sort((a, b) => (BigInt(a.replayOf!) < BigInt(b.replayOf!) ? -1 : 1));
 }

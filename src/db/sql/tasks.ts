@@ -149,10 +149,17 @@ export const FAIR_VTIME_OF_INPUT = `runnable_counts as (
      left join runnable_counts c on i.runnable and c.queue = i.queue
    )`;
 
-/** The insert shared by both enqueue statements, up to its conflict clause. */
-const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as now),
-   quota as (
-     select coalesce((select max_pending_tasks from tenant_quotas where tenant = $2::text), $15::int) as max_pending
+/**
+ * The maxPendingTasks step of every statement that creates tasks (enqueue,
+ * replay, trigger): CTEs `quota` and `pending_quota` for the tenant $2.
+ * `defaultMax` is the parameter holding the default from vars; `adding` an
+ * expression counting the tasks the statement would create. The statement
+ * must read `pending_quota.ok` before it inserts (a CTE nobody reads never
+ * runs): over the limit, tasks_refuse_over_pending_quota raises TQ002 and the
+ * whole statement is refused (429 quota_exceeded).
+ */
+export const pendingQuotaOf = (defaultMax: string, adding: string) => `quota as (
+     select coalesce((select max_pending_tasks from tenant_quotas where tenant = $2::text), ${defaultMax}) as max_pending
    ),
    pending_quota as (
      select tasks_refuse_over_pending_quota(
@@ -161,11 +168,18 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
                  select 1 from tasks p
                  where p.tenant = $2::text and p.status in ('scheduled', 'queued', 'running')
                  limit (select max_pending from quota)) counted),
-              (select count(*) from unnest($14::text[]) k(key)
-               where k.key is null
-                  or not exists (select 1 from tasks e where e.tenant = $2::text and e.idempotency_key = k.key)),
+              ${adding},
               (select max_pending from quota)) as ok
-   ),
+   )`;
+
+/** The insert shared by both enqueue statements, up to its conflict clause. */
+const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as now),
+   ${pendingQuotaOf(
+     '$15::int',
+     `(select count(*) from unnest($14::text[]) k(key)
+               where k.key is null
+                  or not exists (select 1 from tasks e where e.tenant = $2::text and e.idempotency_key = k.key))`,
+   )},
    input as (
      select i.*, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
      from unnest($4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::bigint[], $9::int[], $10::int[],

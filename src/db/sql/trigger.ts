@@ -4,7 +4,7 @@ import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from '../../schedules/model.ts';
 import { TASK_COLUMNS, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
-import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT } from './tasks.ts';
+import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT, pendingQuotaOf } from './tasks.ts';
 
 type Now = Date | null | undefined;
 
@@ -36,7 +36,9 @@ export async function getScheduleWithClock(
  * schedule id (a schedule deleted and re-created meanwhile is another one),
  * and the occurrence key (schedule_id, scheduled_for), whose ON CONFLICT
  * turns a slot taken by a concurrent trigger into no row: the caller then
- * tries later slots. Locks the tenant's fair-queuing row of the queue.
+ * tries later slots. The tenant's maxPendingTasks counts the occurrence
+ * (`pending_quota`, shared with the enqueue: over it, TQ002, 429).
+ * Locks the tenant's fair-queuing row of the queue.
  */
 const schedulesTriggerOccurrence = sql(
   'schedules_trigger_occurrence',
@@ -48,9 +50,11 @@ const schedulesTriggerOccurrence = sql(
      order by c.at
      limit 1
    ),
+   ${pendingQuotaOf('$6::int', '(select count(*) from slot)')},
    input as (
      select s.*, slot.at as due_at, slot.at <= clock.now + make_interval(secs => $3::int) as runnable, 1 as ord
-     from s, slot, clock
+     from s, slot, clock, pending_quota
+     where pending_quota.ok
    ),
    ${KNOWN_QUEUES_OF_INPUT},
    ${FAIR_VTIME_OF_INPUT}
@@ -70,7 +74,7 @@ const schedulesTriggerOccurrence = sql(
 /** The occurrence, or null when every slot was taken (or the schedule is gone). */
 export async function insertTriggeredOccurrence(
   q: Queryable,
-  p: { now?: Now; tenant: string; scheduleId: string; lookaheadSeconds: number; slots: readonly Date[] },
+  p: { now?: Now; tenant: string; scheduleId: string; lookaheadSeconds: number; slots: readonly Date[]; maxPendingTasks: number },
 ): Promise<Task | null> {
   const rows = await q.query<TaskRow>(schedulesTriggerOccurrence, [
     p.now ?? null,
@@ -78,6 +82,7 @@ export async function insertTriggeredOccurrence(
     p.lookaheadSeconds,
     p.scheduleId,
     p.slots,
+    p.maxPendingTasks,
   ]);
   return rows[0] ? taskFromRow(rows[0]) : null;
 }

@@ -15,7 +15,7 @@ import {
   type BulkFilter,
 } from '../replaySchemas.ts';
 import { IdParam, TaskSchema, taskJson } from '../schemas.ts';
-import { commonErrors, conflictError, json, notFoundError } from './common.ts';
+import { commonErrors, conflictError, json, notFoundError, quotaError } from './common.ts';
 import { kickDueQueues } from './tasks.ts';
 
 const routes = {
@@ -33,6 +33,7 @@ const routes = {
       ...commonErrors,
       ...notFoundError('task for this tenant'),
       ...conflictError('The task has not finished'),
+      ...quotaError('maxPendingTasks'),
     },
   }),
   bulkCancel: createRoute({
@@ -47,7 +48,11 @@ const routes = {
     path: '/v1/tasks/bulk-replay',
     summary: 'Replay the matching finished tasks that have no replay yet, up to limit',
     request: { body: { content: { 'application/json': { schema: BulkReplaySchema } }, required: true } },
-    responses: { 200: json(BulkReplayResultSchema, 'The tasks replayed and their replays'), ...commonErrors },
+    responses: {
+      200: json(BulkReplayResultSchema, 'The tasks replayed and their replays'),
+      ...commonErrors,
+      ...quotaError('maxPendingTasks; the batch of up to 1,000 that would pass it is refused whole, earlier batches stay replayed'),
+    },
   }),
 };
 
