@@ -155,6 +155,10 @@ export const TaskSchema = z
     replayOf: z.string().nullable().openapi({ description: 'The terminal task this one replays.' }),
     concurrency: z.object({ key: z.string(), limit: z.int() }).nullable(),
     priority: z.int(),
+    result: z.unknown().openapi({
+      description:
+        "What the handler returned (any JSON, at most 64 KiB), once the task succeeded; null before. The http type's: {status, headers: {content-type}, body} (at most 64 KiB of the body, as JSON when it parses, else as text).",
+    }),
     deduplicated: z.boolean().optional().openapi({ description: 'The idempotency key was already spent.' }),
   })
   .openapi('Task');
@@ -189,6 +193,7 @@ export function taskJson(t: Task): TaskJson {
     replayOf: t.replayOf,
     concurrency: t.concurrency,
     priority: t.priority,
+    result: t.result,
   };
 }
 

@@ -90,6 +90,8 @@ export interface Task {
   replayOf: string | null;
   concurrency: Concurrency | null;
   priority: number;
+  /** What the handler returned (any JSON, at most 64 KiB), once the task succeeded; null before. */
+  result: unknown;
   /** The idempotency key was already spent: this is the existing task. */
   deduplicated?: boolean;
 }

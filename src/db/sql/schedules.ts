@@ -127,7 +127,10 @@ const schedulesPause = sql(
    withdrawn as (
      delete from tasks t using target, clock
      where t.schedule_id = target.id and t.scheduled_for > clock.now and ${NOT_STARTED}
-     returning t.scheduled_for
+     returning t.id, t.scheduled_for
+   ),
+   withdrawn_attempts as (
+     delete from task_attempts a using withdrawn w where a.task_id = w.id
    ),
    cancelled as (
      update tasks t set status = 'cancelled', finished_at = clock.now, lease_expires_at = null, updated_at = clock.now
@@ -163,10 +166,16 @@ export async function pauseScheduleWithdrawOccurrences(
  */
 const schedulesWithdrawPlanned = sql(
   'schedules_withdraw_planned_if_not_started',
-  `delete from tasks t using schedules s
+  `with withdrawn as (
+   delete from tasks t using schedules s
    where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id
      and t.scheduled_for > coalesce($1::timestamptz, now()) and ${NOT_STARTED}
-   returning t.id`,
+   returning t.id
+   ),
+   withdrawn_attempts as (
+     delete from task_attempts a using withdrawn w where a.task_id = w.id
+   )
+   select id from withdrawn`,
 );
 
 export async function withdrawPlannedOccurrences(q: Queryable, p: { now?: Now; tenant: string; name: string }): Promise<number> {

@@ -768,6 +768,18 @@ const tasksStartIfClaimed = sql(
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)
      returning ${TASK_COLUMNS_T}, greatest(0, extract(epoch from t.run_at - clock.now) * 1000)::float8 as wait_ms,
                t.traceparent, t.tracestate
+   ),
+   -- Attempt history (migration 0017): a message that started nothing is
+   -- recorded against its epoch, \`cancelled\` when the task was cancelled
+   -- after its early claim, \`skipped_stale\` otherwise (a stale or duplicate
+   -- message). A queue-paused refusal is no attempt (refunded).
+   skipped as (
+     insert into task_attempts (task_id, attempt, epoch, outcome, finished_at, error_name, error_message)
+     select m.id, cur.attempts, m.epoch, case when cur.status = 'cancelled' then 'cancelled' else 'skipped_stale' end,
+            clock.now, 'StaleMessage',
+            'message of epoch ' || m.epoch || ' skipped: the task is ' || cur.status || ' at epoch ' || cur.lease_epoch
+     from msg m join tasks cur on cur.id = m.id, clock
+     where m.id not in (select id from started) and m.id not in (select id from refused)
    )
    select s.*, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status, true as started,
           null::text as reason
@@ -812,6 +824,15 @@ export interface AttemptResult {
   error: string | null;
   /** Overrides the backoff (e.g. a Retry-After); null: the task's backoff. */
   retryDelayMs: number | null;
+  /** For the attempt history: the error's name and message (at most 2 KiB together). */
+  errorName?: string | null;
+  errorMessage?: string | null;
+  /** The attempt ran out of its timeout (outcome `timed_out` in the history). */
+  timedOut?: boolean;
+  /** For http tasks: the response status, when a response came. */
+  httpStatus?: number | null;
+  /** The handler's return value as JSON text (at most 64 KiB), stored on success; null: none. */
+  result?: string | null;
 }
 
 export interface FinishedTask {
@@ -831,11 +852,12 @@ const tasksFinishIfRunning = sql(
   'tasks_finish_if_running',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    res as (
-     select * from unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::int[])
-       as r(id, epoch, outcome, error, retry_delay_ms)
+     select * from unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[],
+                          $9::boolean[], $10::int[], $11::jsonb[])
+       as r(id, epoch, outcome, error, retry_delay_ms, error_name, error_message, timed_out, http_status, result)
    ),
    decided as (
-     select r.*, case
+     select r.*, t.attempts, t.started_at as attempt_started_at, case
               when r.outcome = 'succeeded' then 'succeeded'
               when r.outcome = 'failed' and t.delivery = 'at_least_once' and t.attempts < t.max_attempts then 'scheduled'
               else 'dead'
@@ -856,10 +878,21 @@ const tasksFinishIfRunning = sql(
        started_at = case when d.next_status = 'scheduled' then null else t.started_at end,
        lease_expires_at = null,
        last_error = coalesce(d.error, t.last_error),
+       result = case when d.next_status = 'succeeded' then d.result else t.result end,
        updated_at = clock.now
      from decided d, clock
      where t.id = any($2::bigint[]) and t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'
-     returning t.id, t.status, t.run_at
+     returning t.id, t.status, t.run_at, t.lease_epoch
+   ),
+   -- Attempt history (migration 0017): one row per finish applied, none for
+   -- a result that lost its fence.
+   attempts_written as (
+     insert into task_attempts (task_id, attempt, epoch, outcome, started_at, finished_at, error_name, error_message, http_status)
+     select distinct on (f.id) f.id, d.attempts, d.epoch,
+            case when d.outcome = 'succeeded' then 'succeeded' when d.timed_out then 'timed_out' else 'failed' end,
+            d.attempt_started_at, clock.now, d.error_name, d.error_message, d.http_status
+     from finished f join decided d on d.id = f.id and d.epoch = f.lease_epoch, clock
+     order by f.id
    )
    select f.id, null::bigint as epoch, f.status, f.run_at, null::bigint as current_epoch, null::text as current_status
    from finished f
@@ -880,6 +913,11 @@ export async function finishTasks(
     p.results.map((r) => r.outcome),
     p.results.map((r) => r.error),
     p.results.map((r) => (r.retryDelayMs === null ? null : Math.max(0, Math.round(r.retryDelayMs)))),
+    p.results.map((r) => r.errorName ?? null),
+    p.results.map((r) => r.errorMessage ?? null),
+    p.results.map((r) => r.timedOut ?? false),
+    p.results.map((r) => r.httpStatus ?? null),
+    p.results.map((r) => r.result ?? null),
   ]);
   const finished: FinishedTask[] = [];
   const lost: LostFence[] = [];
@@ -935,7 +973,7 @@ const tasksReapExpired = sql(
   'tasks_reap_expired',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    expired as (
-     select t.id,
+     select t.id, t.attempts as attempt, t.lease_epoch, t.started_at as attempt_started_at,
             case when t.dispatched_at is null and d.claim_token is null and t.started_at is null then 'queued'
                  -- Guard: at-most-once never started is requeued, never dead.
                  when t.delivery = 'at_most_once' and t.started_at is null then 'queued'
@@ -951,7 +989,8 @@ const tasksReapExpired = sql(
      order by t.lease_expires_at
      limit $2::int
      for update of t skip locked
-   )
+   ),
+   reaped as (
    update tasks t set
      status = e.next_status,
      attempts = case when e.next_status = 'queued' then t.attempts - 1 else t.attempts end,
@@ -970,7 +1009,17 @@ const tasksReapExpired = sql(
      updated_at = clock.now
    from expired e, clock
    where t.id = e.id
-   returning e.next_status`,
+   returning e.next_status, t.id, t.last_error
+   ),
+   -- Attempt history (migration 0017): an attempt handed off and never
+   -- reported is \`lease_expired\`; a claim given back (queued) was no attempt.
+   attempts_written as (
+     insert into task_attempts (task_id, attempt, epoch, outcome, started_at, finished_at, error_name, error_message)
+     select r.id, e.attempt, e.lease_epoch, 'lease_expired', e.attempt_started_at, clock.now, 'LeaseExpired', r.last_error
+     from reaped r join expired e on e.id = r.id, clock
+     where r.next_status <> 'queued'
+   )
+   select next_status from reaped`,
 );
 
 export async function reapExpiredLeases(
@@ -1008,6 +1057,9 @@ const tasksPurgeFinished = sql(
    deleted as (
      delete from tasks t using doomed where t.id = doomed.id
      returning t.id, t.tenant, t.idempotency_key, t.status
+   ),
+   attempts_purged as (
+     delete from task_attempts a using deleted where a.task_id = deleted.id
    ),
    marks_purged as (
      delete from dispatch_marks m where m.claim_token in (

@@ -5,7 +5,9 @@ import type { TaskMatch } from '../../db/sql/replay.ts';
 import { cancelMatching } from '../../tasks/bulkCancel.ts';
 import { replayMatching, replayTask } from '../../tasks/replay.ts';
 import type { App, AppDeps } from '../app.ts';
+import { listAttempts } from '../../db/sql/attempts.ts';
 import {
+  AttemptListSchema,
   BulkCancelSchema,
   BulkReplayResultSchema,
   BulkReplaySchema,
@@ -15,10 +17,18 @@ import {
   type BulkFilter,
 } from '../replaySchemas.ts';
 import { IdParam, TaskSchema, taskJson } from '../schemas.ts';
+import { notFound } from '../../errors.ts';
 import { commonErrors, conflictError, json, notFoundError, quotaError } from './common.ts';
 import { kickDueQueues } from './tasks.ts';
 
 const routes = {
+  attempts: createRoute({
+    method: 'get',
+    path: '/v1/tasks/{id}/attempts',
+    summary: "A task's attempts, oldest first: outcome, times, error and (http tasks) the response status",
+    request: { params: IdParam },
+    responses: { 200: json(AttemptListSchema, 'The attempts'), ...commonErrors, ...notFoundError('task for this tenant') },
+  }),
   replay: createRoute({
     method: 'post',
     path: '/v1/tasks/{id}/replay',
@@ -68,6 +78,23 @@ function matchOf(b: BulkFilter): TaskMatch {
 }
 
 export function registerReplayRoutes(app: App, deps: AppDeps): void {
+  app.openapi(routes.attempts, async (c) => {
+    const found = await listAttempts(c.env.db, c.var.tenant, c.req.valid('param').id);
+    if (!found) throw notFound('task');
+    const http = found.task === 'http';
+    const attempts = found.attempts.map((a) => ({
+      attempt: a.attempt,
+      epoch: a.epoch,
+      startedAt: a.startedAt?.toISOString() ?? null,
+      finishedAt: a.finishedAt.toISOString(),
+      durationMs: a.startedAt ? Math.max(0, a.finishedAt.getTime() - a.startedAt.getTime()) : null,
+      outcome: a.outcome,
+      error: a.error,
+      ...(http ? { status: a.httpStatus } : {}),
+    }));
+    return c.json({ attempts }, 200);
+  });
+
   app.openapi(routes.bulkCancel, async (c) => {
     const b = c.req.valid('json');
     const ids = await cancelMatching(c.env.db, c.var.tenant, matchOf(b), b.limit ?? DEFAULT_BULK_LIMIT, c.env.now);
