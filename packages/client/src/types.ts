@@ -205,6 +205,25 @@ export interface BulkFilter {
 export type BulkCancelInput = BulkFilter;
 export type BulkReplayInput = BulkFilter;
 
+export type AttemptOutcome = 'succeeded' | 'failed' | 'timed_out' | 'lease_expired' | 'cancelled' | 'skipped_stale';
+
+/** One attempt of a task, from GET /v1/tasks/{id}/attempts (oldest first). */
+export interface Attempt {
+  /** 1 for the first; for a skipped message, the attempts counted when it arrived. */
+  attempt: number;
+  /** The lease epoch the attempt (or the skipped message) held. */
+  epoch: number;
+  /** When the handler started (null: it never did). */
+  startedAt: string | null;
+  finishedAt: string;
+  durationMs: number | null;
+  outcome: AttemptOutcome;
+  /** Name and message, at most 2 KiB together. */
+  error: { message: string; name: string } | null;
+  /** http tasks only: the response status (null: no response). */
+  status?: number | null;
+}
+
 /** One queue's minute of GET /v1/stats/finished: tasks finished by outcome, due-to-start p50/p99 in seconds. */
 export interface MinuteStats {
   queue: string;
