@@ -590,8 +590,10 @@ export const mutants: Mutant[] = [
     file: TASKS,
     statement: 'tasks_finish_if_running (attempts_written)',
     guard: 'an attempt row only for a finish applied (none for a result that lost its fence)',
-    find: `from finished f join decided d on d.id = f.id and d.epoch = f.lease_epoch, clock`,
-    replace: `from decided d join (select id, epoch as lease_epoch from res) f on d.id = f.id and d.epoch = f.lease_epoch, clock`,
+    find: `f.attempt_started_at, f.now, f.error_name, f.error_message, f.http_status
+     from finished f`,
+    replace: `f.attempt_started_at, f.now, f.error_name, f.error_message, f.http_status
+     from (select d.*, clock.now from decided d, clock) f`,
     tests: ['test/tasks/attempts.test.ts'],
   },
   {

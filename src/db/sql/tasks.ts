@@ -882,17 +882,17 @@ const tasksFinishIfRunning = sql(
        updated_at = clock.now
      from decided d, clock
      where t.id = any($2::bigint[]) and t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'
-     returning t.id, t.status, t.run_at, t.lease_epoch
+     returning t.id, t.status, t.run_at, d.attempts, d.epoch, d.outcome, d.timed_out, d.attempt_started_at,
+               d.error_name, d.error_message, d.http_status, clock.now
    ),
-   -- Attempt history (migration 0017): one row per finish applied, none for
-   -- a result that lost its fence.
+   -- Attempt history (migration 0017): one row per finish applied (the
+   -- update's own rows, no join), none for a result that lost its fence.
    attempts_written as (
      insert into task_attempts (task_id, attempt, epoch, outcome, started_at, finished_at, error_name, error_message, http_status)
-     select distinct on (f.id) f.id, d.attempts, d.epoch,
-            case when d.outcome = 'succeeded' then 'succeeded' when d.timed_out then 'timed_out' else 'failed' end,
-            d.attempt_started_at, clock.now, d.error_name, d.error_message, d.http_status
-     from finished f join decided d on d.id = f.id and d.epoch = f.lease_epoch, clock
-     order by f.id
+     select f.id, f.attempts, f.epoch,
+            case when f.outcome = 'succeeded' then 'succeeded' when f.timed_out then 'timed_out' else 'failed' end,
+            f.attempt_started_at, f.now, f.error_name, f.error_message, f.http_status
+     from finished f
    )
    select f.id, null::bigint as epoch, f.status, f.run_at, null::bigint as current_epoch, null::text as current_status
    from finished f
@@ -1009,14 +1009,14 @@ const tasksReapExpired = sql(
      updated_at = clock.now
    from expired e, clock
    where t.id = e.id
-   returning e.next_status, t.id, t.last_error
+   returning e.next_status, t.id, t.last_error, e.attempt, e.lease_epoch, e.attempt_started_at, clock.now
    ),
    -- Attempt history (migration 0017): an attempt handed off and never
    -- reported is \`lease_expired\`; a claim given back (queued) was no attempt.
    attempts_written as (
      insert into task_attempts (task_id, attempt, epoch, outcome, started_at, finished_at, error_name, error_message)
-     select r.id, e.attempt, e.lease_epoch, 'lease_expired', e.attempt_started_at, clock.now, 'LeaseExpired', r.last_error
-     from reaped r join expired e on e.id = r.id, clock
+     select r.id, r.attempt, r.lease_epoch, 'lease_expired', r.attempt_started_at, r.now, 'LeaseExpired', r.last_error
+     from reaped r
      where r.next_status <> 'queued'
    )
    select next_status from reaped`,
