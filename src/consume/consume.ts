@@ -111,6 +111,7 @@ async function runAttempt(
   });
   const ctx: TaskContext = {
     taskId: task.id,
+    webhookId: task.callbackOf === null ? task.id : `${task.callbackOf}.callback`,
     tenant: task.tenant,
     queue: task.queue,
     attempt: task.attempts,

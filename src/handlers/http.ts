@@ -146,7 +146,7 @@ export function createHttpTask(options: HttpTaskOptions): TaskHandler<never> {
     if (secrets.length > 0) {
       const signed = await signWebhook({
         secret: secrets,
-        id: ctx.taskId,
+        id: ctx.webhookId ?? ctx.taskId,
         timestamp: now(),
         body: body ?? new Uint8Array(0),
       });

@@ -29,6 +29,17 @@ interface TaskOptions {
   concurrency?: Concurrency;
   /** -10 to 10 (default 0): higher first within the tenant's fair share, never more than the share. */
   priority?: number;
+  /**
+   * Completion callback: when the task reaches one of `on` (default all four), the task as
+   * GET /v1/tasks/{id} shows it is POSTed to `url`, signed, webhook-id `<id>.callback`, retried.
+   */
+  callback?: { url: string; on?: CallbackStatus[] };
+}
+
+export type CallbackStatus = 'succeeded' | 'dead' | 'cancelled' | 'missed';
+export interface Callback {
+  url: string;
+  on: CallbackStatus[];
 }
 
 export interface Concurrency {
@@ -92,6 +103,9 @@ export interface Task {
   priority: number;
   /** What the handler returned (any JSON, at most 64 KiB), once the task succeeded; null before. */
   result: unknown;
+  callback: Callback | null;
+  /** The task whose completion callback this task delivers. */
+  callbackOf: string | null;
   /** The idempotency key was already spent: this is the existing task. */
   deduplicated?: boolean;
 }
@@ -149,6 +163,7 @@ export interface Schedule {
   delivery: Delivery;
   concurrency: Concurrency | null;
   priority: number;
+  callback: Callback | null;
   misfire: Misfire;
   misfireGrace: number;
   catchUpLimit: number;

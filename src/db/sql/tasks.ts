@@ -15,7 +15,17 @@
 import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Delivery, type Task, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
+import {
+  shownStatusSql,
+  TASK_COLUMNS,
+  TASK_COLUMNS_SHOWN,
+  taskFromRow,
+  type Delivery,
+  type Task,
+  type TaskCallback,
+  type TaskRow,
+  type TaskStatus,
+} from '../../tasks/model.ts';
 
 type Now = Date | null | undefined;
 const at = (now: Now) => now ?? null;
@@ -60,6 +70,8 @@ export interface NewTask {
   concurrencyLimit: number | null;
   /** -10..10: which of the tenant's tasks fills its fair share first. */
   priority: number;
+  /** Completion callback (issue 15), or null. */
+  callback: TaskCallback | null;
 }
 
 export interface WrittenTask extends Task {
@@ -183,10 +195,10 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
    input as (
      select i.*, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
      from unnest($4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::bigint[], $9::int[], $10::int[],
-                 $11::int[], $12::int[], $13::text[], $14::text[], $18::text[], $19::int[], $20::int[])
+                 $11::int[], $12::int[], $13::text[], $14::text[], $18::text[], $19::int[], $20::int[], $21::jsonb[])
           with ordinality as i(queue, task, payload, run_at, delay_ms, max_attempts, backoff_base_ms,
                                backoff_max_ms, timeout_ms, delivery, idempotency_key, concurrency_key,
-                               concurrency_limit, priority, ord),
+                               concurrency_limit, priority, callback, ord),
           clock, pending_quota,
           lateral (select coalesce(i.run_at, clock.now + coalesce(i.delay_ms, 0) * interval '1 millisecond') as due_at) d
      where pending_quota.ok and not exists (select 1 from spent_idempotency_keys s
@@ -203,11 +215,11 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
    ${FAIR_VTIME_OF_INPUT}
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                            backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at,
-                           traceparent, tracestate, concurrency_key, concurrency_limit, priority)
+                           traceparent, tracestate, concurrency_key, concurrency_limit, priority, callback)
    select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
           r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
           r.idempotency_key, r.vtime, clock.now, clock.now, $16::text, $17::text,
-          r.concurrency_key, r.concurrency_limit, r.priority
+          r.concurrency_key, r.concurrency_limit, r.priority, r.callback
    from rows r, clock
    order by r.ord
 `;
@@ -286,6 +298,7 @@ export async function insertTasks(
     col('concurrencyKey'),
     col('concurrencyLimit'),
     col('priority'),
+    p.tasks.map((t) => (t.callback ? JSON.stringify(t.callback) : null)),
   ]);
   if (plain) {
     // Inserted in input order, so the ids ascend in that order.
@@ -322,6 +335,7 @@ export async function insertTasks(
           concurrency_key: input.concurrencyKey,
           concurrency_limit: input.concurrencyLimit,
           priority: input.priority,
+          callback: input.callback,
         }),
         created: true,
       };
