@@ -153,6 +153,16 @@ describe('attempt history', () => {
     ]);
   });
 
+  it('a start refused because the queue was paused is no attempt (the claim is given back)', async () => {
+    const [r] = await h.enqueue({ task: 'story', queue: 'held' }, { now: T0 });
+    await h.sweep({ now: T0 });
+    const [m] = h.outbox.take();
+    expect((await api.admin('PUT', '/v1/admin/queues/held', { body: { paused: true } })).status).toBe(200);
+    await h.consume([m!.body], { now: T0 });
+    expect(await getTask(t.db, 'acme', r!.task!.id)).toMatchObject({ status: 'queued', attempts: 0 });
+    expect((await attempts(r!.task!.id)).body.attempts).toEqual([]);
+  });
+
   it('a finish that lost its fence writes no attempt', async () => {
     const [r] = await h.enqueue({ task: 'story' }, { now: T0 });
     await round(T0); // epoch 1 failed; the task waits for its retry

@@ -606,6 +606,15 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/attempts.test.ts'],
   },
   {
+    id: 'start-skipped-not-refused',
+    file: TASKS,
+    statement: 'tasks_start_if_claimed (skipped)',
+    guard: 'a start refused for a paused queue is no attempt',
+    find: `where m.id not in (select id from started) and m.id not in (select id from refused)`,
+    replace: `where m.id not in (select id from started)`,
+    tests: ['test/tasks/attempts.test.ts'],
+  },
+  {
     id: 'attempts-list-tenant',
     file: 'src/db/sql/attempts.ts',
     statement: 'task_attempts_list',
