@@ -5,7 +5,7 @@
 // slow call never blocks the page (each region loads on its own, at most one
 // call per region in flight, each call with a timeout).
 import './style.css';
-import { ApiError, createClient, type Client, type Schedule, type Task, type TaskStatus } from './api.ts';
+import { ApiError, createClient, type Attempt, type Client, type Schedule, type Task, type TaskStatus } from './api.ts';
 import { finishedChart, latencyChart } from './charts.ts';
 import { append, fmtSeconds, fmtTime, h, patch, statusBadge } from './dom.ts';
 
@@ -555,8 +555,9 @@ function taskDetailView(id: string): View {
     },
     async refresh() {
       let t: Task;
+      let attempts: Attempt[];
       try {
-        t = await api.tasks.get(id);
+        [t, attempts] = await Promise.all([api.tasks.get(id), api.tasks.attempts(id)]);
       } catch (e) {
         if (e instanceof ApiError && e.status === 404) {
           patch(body, '404', () => [h('p', { class: 'error', role: 'alert' }, 'No such task for this tenant.')]);
@@ -564,7 +565,7 @@ function taskDetailView(id: string): View {
         }
         throw e;
       }
-      patch(body, JSON.stringify(t), () => [
+      patch(body, JSON.stringify([t, attempts]), () => [
         h(
           'dl',
           { class: 'fields' },
@@ -595,9 +596,41 @@ function taskDetailView(id: string): View {
         h('pre', { 'data-field': 'payload', tabindex: 0 }, JSON.stringify(t.payload, null, 2)),
         h('h2', {}, 'Last error'),
         h('pre', { 'data-field': 'lastError', tabindex: 0 }, t.lastError ?? 'None.'),
-        // Stored results and the attempt timeline (issue 15) slot in here.
-        h('section', { 'data-slot': 'result' }),
-        h('section', { 'data-slot': 'attempts' }),
+        h(
+          'section',
+          { 'data-slot': 'result' },
+          h('h2', {}, 'Result'),
+          h('pre', { 'data-field': 'result', tabindex: 0 }, t.result === null ? 'None.' : JSON.stringify(t.result, null, 2)),
+        ),
+        h(
+          'section',
+          { 'data-slot': 'attempts' },
+          h('h2', {}, 'Attempts'),
+          attempts.length === 0
+            ? h('p', {}, 'No attempt has ended yet.')
+            : h(
+                'table',
+                { 'data-field': 'attempts' },
+                h('thead', {}, h('tr', {}, ...['#', 'Outcome', 'Started', 'Finished', 'Duration', 'Status', 'Error'].map((c) => h('th', { scope: 'col' }, c)))),
+                h(
+                  'tbody',
+                  {},
+                  ...attempts.map((a) =>
+                    h(
+                      'tr',
+                      {},
+                      h('td', { class: 'num' }, String(a.attempt)),
+                      h('td', {}, a.outcome),
+                      h('td', {}, fmtTime(a.startedAt)),
+                      h('td', {}, fmtTime(a.finishedAt)),
+                      h('td', { class: 'num' }, a.durationMs === null ? '—' : `${a.durationMs} ms`),
+                      h('td', { class: 'num' }, a.status == null ? '—' : String(a.status)),
+                      h('td', {}, a.error ? `${a.error.name}: ${a.error.message}` : '—'),
+                    ),
+                  ),
+                ),
+              ),
+        ),
       ]);
     },
   };

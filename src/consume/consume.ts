@@ -18,6 +18,7 @@ import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
 import { extendLease, finishTasks, startTasks, type AttemptResult, type EarlyTask, type StartedTask } from '../db/sql/tasks.ts';
 import { noFaults, type Faults } from '../faults.ts';
+import { attemptError, ResultError, resultText } from '../tasks/attempts.ts';
 import {
   LeaseLostError,
   PermanentError,
@@ -118,12 +119,14 @@ async function runAttempt(
   const handler = deps.registry.get(task.task);
   if (!handler) {
     // A rollout may be under way: retry rather than kill, attempts bound it.
-    return { ...base, outcome: 'failed', error: `no handler is registered for task type "${task.task}"` };
+    const message = `no handler is registered for task type "${task.task}"`;
+    return { ...base, outcome: 'failed', error: message, errorName: 'NoHandler', errorMessage: message };
   }
   const parsed = handler.payload.safeParse(task.payload);
   if (!parsed.success) {
     const paths = zodDetails(parsed.error.issues, 'payload').map((d) => `${d.path}: ${d.message}`);
-    return { ...base, outcome: 'permanent', error: `invalid payload: ${paths.join('; ')}` };
+    const message = attemptError(new Error(`invalid payload: ${paths.join('; ')}`)).message;
+    return { ...base, outcome: 'permanent', error: describe(message), errorName: 'InvalidPayload', errorMessage: message };
   }
 
   const controller = new AbortController();
@@ -138,6 +141,7 @@ async function runAttempt(
   });
   const ctx: TaskContext = {
     taskId: task.id,
+    webhookId: task.callbackOf === null ? task.id : `${task.callbackOf}.callback`,
     tenant: task.tenant,
     queue: task.queue,
     attempt: task.attempts,
@@ -153,14 +157,27 @@ async function runAttempt(
       if (until === null) throw new LeaseLostError(task.id, task.leaseEpoch);
     },
   };
+  // For the attempt history: the error's name and message, and an http response's status.
+  const failure = (error: unknown) => {
+    const e = attemptError(error);
+    const status = (error as { httpStatus?: unknown } | null)?.httpStatus;
+    return { error: describe(error), errorName: e.name, errorMessage: e.message, httpStatus: typeof status === 'number' ? status : null };
+  };
   try {
-    await Promise.race([handler.run(parsed.data as never, ctx), timedOut]);
-    return { ...base, outcome: 'succeeded', error: null };
+    const value = await Promise.race([handler.run(parsed.data as never, ctx), timedOut]);
+    const result = resultText(value);
+    if (!result.ok) return { ...base, outcome: 'failed', ...failure(new ResultError(result.message)) };
+    const status = (value as { status?: unknown } | null)?.status;
+    const httpStatus = task.task === 'http' && typeof status === 'number' ? status : null;
+    return { ...base, outcome: 'succeeded', error: null, result: result.text, httpStatus };
   } catch (error) {
-    if (error === timeoutError) log.warn('task timed out; handler aborted', { timeoutMs: task.timeoutMs });
-    if (error instanceof PermanentError) return { ...base, outcome: 'permanent', error: describe(error) };
-    if (error instanceof RetryAfterError) return { ...base, outcome: 'failed', error: describe(error), retryDelayMs: error.delayMs };
-    return { ...base, outcome: 'failed', error: describe(error) };
+    if (error === timeoutError) {
+      log.warn('task timed out; handler aborted', { timeoutMs: task.timeoutMs });
+      return { ...base, outcome: 'failed', ...failure(error), timedOut: true };
+    }
+    if (error instanceof PermanentError) return { ...base, outcome: 'permanent', ...failure(error) };
+    if (error instanceof RetryAfterError) return { ...base, outcome: 'failed', ...failure(error), retryDelayMs: error.delayMs };
+    return { ...base, outcome: 'failed', ...failure(error) };
   } finally {
     clearTimeout(timer);
     if (!controller.signal.aborted) controller.abort(new Error('attempt finished'));

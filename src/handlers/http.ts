@@ -10,6 +10,7 @@
 // this URL, not wherever a Location points, so a 3xx is a failed attempt.
 import { z } from 'zod';
 import { defineTask, PermanentError, RetryAfterError, type TaskHandler } from './registry.ts';
+import { resultText } from '../tasks/attempts.ts';
 import { signWebhook } from '../../packages/client/src/webhooks.ts';
 import { childTraceparent } from '../tracing/trace-context.ts';
 import { checkTarget } from './ssrf.ts';
@@ -145,7 +146,7 @@ export function createHttpTask(options: HttpTaskOptions): TaskHandler<never> {
     if (secrets.length > 0) {
       const signed = await signWebhook({
         secret: secrets,
-        id: ctx.taskId,
+        id: ctx.webhookId ?? ctx.taskId,
         timestamp: now(),
         body: body ?? new Uint8Array(0),
       });
@@ -168,17 +169,17 @@ export function createHttpTask(options: HttpTaskOptions): TaskHandler<never> {
     }
 
     const status = response.status;
-    if (status >= 200 && status < 300) {
-      discard(response);
-      return { status };
-    }
+    if (status >= 200 && status < 300) return await httpResult(response);
     if (status >= 300 && status < 400) {
       discard(response);
       const location = response.headers.get('location');
-      throw new Error(
-        location === null
-          ? `HTTP ${status}: redirect not followed (no Location)`
-          : `HTTP ${status}: redirect to ${truncate(location, MAX_EXCERPT_CHARS)} not followed`,
+      throw withStatus(
+        new Error(
+          location === null
+            ? `HTTP ${status}: redirect not followed (no Location)`
+            : `HTTP ${status}: redirect to ${truncate(location, MAX_EXCERPT_CHARS)} not followed`,
+        ),
+        status,
       );
     }
 
@@ -186,12 +187,91 @@ export function createHttpTask(options: HttpTaskOptions): TaskHandler<never> {
     const message = `HTTP ${status}${response.statusText ? ` ${response.statusText}` : ''}${excerpt ? `: ${excerpt}` : ''}`;
     if (status === 408 || status === 429 || status >= 500) {
       const delayMs = retryAfterMs(response.headers.get('retry-after'), now());
-      throw delayMs === null ? new Error(message) : new RetryAfterError(message, delayMs);
+      throw withStatus(delayMs === null ? new Error(message) : new RetryAfterError(message, delayMs), status);
     }
-    if (status >= 400) throw new PermanentError(message);
+    if (status >= 400) throw withStatus(new PermanentError(message), status);
     // An informational 1xx leaking through, or a browser's opaque 0: nothing says a retry cannot help.
-    throw new Error(message);
+    throw withStatus(new Error(message), status);
   });
+}
+
+/** The response status, for the attempt history (read by the consumer as `httpStatus`). */
+function withStatus<E extends Error>(error: E, status: number): E {
+  return Object.assign(error, { httpStatus: status });
+}
+
+/** The most of a 2xx response body kept as the task's result. */
+export const MAX_RESULT_BODY_BYTES = 64 * 1024;
+
+export interface HttpTaskResult {
+  status: number;
+  headers: { 'content-type'?: string };
+  /** The body (at most 64 KiB of it) as JSON when it parses, else as text. */
+  body: unknown;
+}
+
+/**
+ * The http task's result: the status, the content type, and at most 64 KiB of
+ * the body, as JSON when it parses, as text otherwise. A body whose JSON text
+ * would pass the 64 KiB result limit (escapes) is kept as text, cut to fit.
+ */
+async function httpResult(response: Response): Promise<HttpTaskResult> {
+  const { bytes, complete } = await readBody(response, MAX_RESULT_BODY_BYTES);
+  const type = response.headers.get('content-type');
+  // NUL cannot be stored (jsonb); invalid UTF-8 already decodes to U+FFFD.
+  const text = new TextDecoder().decode(bytes, { stream: !complete }).replaceAll('\u0000', '\uFFFD');
+  const headers = type === null ? {} : { 'content-type': type };
+  let body: unknown = text;
+  if (complete && text.trim() !== '') {
+    try {
+      body = JSON.parse(text);
+      // JSON jsonb would refuse (an escaped NUL or lone surrogate, deep nesting) is kept as text.
+      if (!resultText(body).ok) body = text;
+    } catch {
+      // not JSON: kept as text
+    }
+  }
+  const room = MAX_RESULT_BODY_BYTES - 512; // the status, the content type and the braces
+  const size = (v: unknown) => new TextEncoder().encode(JSON.stringify(v)).length;
+  if (size(body) > room) {
+    body = text;
+    let cut = text;
+    while (cut.length > 0 && size(cut) > room) cut = cut.slice(0, Math.floor(cut.length * 0.9));
+    body = cut;
+  }
+  return { status: response.status, headers, body };
+}
+
+/** Reads at most `max` bytes of a body and cancels the rest. */
+async function readBody(response: Response, max: number): Promise<{ bytes: Uint8Array; complete: boolean }> {
+  if (!response.body) return { bytes: new Uint8Array(0), complete: true };
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  let complete = false;
+  try {
+    while (total < max) {
+      const { done, value } = await reader.read();
+      if (done) {
+        complete = true;
+        break;
+      }
+      const chunk = value.subarray(0, max - total);
+      chunks.push(chunk);
+      total += chunk.length;
+    }
+  } catch {
+    // A body that breaks off mid-read still leaves what arrived.
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+  const bytes = new Uint8Array(total);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.length;
+  }
+  return { bytes, complete };
 }
 
 /** Retry-After as delta-seconds or an HTTP date, clamped to [0, 1 hour]; null when absent or unreadable. */

@@ -9,6 +9,8 @@ import type { TraceContext } from '../tracing/trace-context.ts';
 /** What a running handler knows about its attempt, and its fence. */
 export interface TaskContext {
   taskId: string;
+  /** The webhook-id of this task's deliveries: the task id, or `<id>.callback` for a completion callback. */
+  webhookId?: string;
   tenant: string;
   queue: string;
   /** 1 for the first attempt. */

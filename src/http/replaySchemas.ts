@@ -68,3 +68,21 @@ export const BulkReplayResultSchema = z
   })
   .openapi('BulkReplayResult');
 
+
+export const AttemptSchema = z
+  .object({
+    attempt: z.int().openapi({ description: 'The attempt number (1 for the first); for a skipped message, the attempts counted when it arrived.' }),
+    epoch: z.int().openapi({ description: 'The lease epoch the attempt (or the skipped message) held.' }),
+    startedAt: z.string().nullable().openapi({ description: 'When the handler started (null: it never did).' }),
+    finishedAt: z.string(),
+    durationMs: z.int().nullable().openapi({ description: 'finishedAt - startedAt (null when it never started).' }),
+    outcome: z.enum(['succeeded', 'failed', 'timed_out', 'lease_expired', 'cancelled', 'skipped_stale']),
+    error: z
+      .object({ message: z.string(), name: z.string() })
+      .nullable()
+      .openapi({ description: 'Why it did not succeed: name and message, at most 2 KiB together.' }),
+    status: z.int().nullable().optional().openapi({ description: 'http tasks only: the response status (null: no response).' }),
+  })
+  .openapi('Attempt');
+
+export const AttemptListSchema = z.object({ attempts: z.array(AttemptSchema) }).openapi('AttemptList');

@@ -1,7 +1,7 @@
 // The API's zod schemas: they validate requests, and the same definitions
 // produce /openapi.json. Nothing about the wire format is described twice.
 import { z } from '@hono/zod-openapi';
-import { isClaimedNotStarted, shownStatus, TASK_STATUSES, type Task } from '../tasks/model.ts';
+import { CALLBACK_STATUSES, isClaimedNotStarted, shownStatus, TASK_STATUSES, type Task } from '../tasks/model.ts';
 import type { TaskInput } from '../tasks/enqueue.ts';
 import { MAX_INTERVAL_SECONDS } from '../schedules/recurrence.ts';
 import { CONCURRENCY_KEY_MAX_LENGTH, CONCURRENCY_LIMIT_MAX, MAX_TIMEOUT_SECONDS, PRIORITY_MAX, PRIORITY_MIN } from '../tasks/options.ts';
@@ -41,8 +41,24 @@ export const ConcurrencySchema = z
       "At most `limit` of the tenant's tasks with this `key` run at once (claimed, including claimed early, or started, and not finished), across every queue. Tasks over the limit wait, queued, and never hold back other keys. The same key with different limits: the most recently enqueued task's limit applies.",
   });
 
+export const CallbackSchema = z
+  .strictObject({
+    url: z.string().min(1).max(2048).openapi({ description: 'http(s); checked against private and internal targets like an http task.' }),
+    on: z
+      .array(z.enum(CALLBACK_STATUSES))
+      .min(1)
+      .max(4)
+      .optional()
+      .openapi({ description: 'The statuses that call back (default: all four).' }),
+  })
+  .openapi('Callback', {
+    description:
+      "When the task reaches one of `on`, a durable `http` task POSTs the task (as GET /v1/tasks/{id} shows it) to `url`, signed with the tenant's secret, with webhook-id `<id>.callback`, retried.",
+  });
+
 /** What a task, or a schedule for its occurrences, may set about attempts. */
 const TaskOptionFields = {
+  callback: CallbackSchema.optional(),
   maxAttempts: z.int().min(1).max(100).optional(),
   backoff: z
     .strictObject({
@@ -112,6 +128,7 @@ export function toTaskInput(body: TaskCreate): TaskInput {
     delivery: body.delivery,
     concurrency: body.concurrency,
     priority: body.priority,
+    callback: body.callback,
   };
 }
 
@@ -155,6 +172,12 @@ export const TaskSchema = z
     replayOf: z.string().nullable().openapi({ description: 'The terminal task this one replays.' }),
     concurrency: z.object({ key: z.string(), limit: z.int() }).nullable(),
     priority: z.int(),
+    result: z.unknown().openapi({
+      description:
+        "What the handler returned (any JSON, at most 64 KiB), once the task succeeded; null before. The http type's: {status, headers: {content-type}, body} (at most 64 KiB of the body, as JSON when it parses, else as text).",
+    }),
+    callback: z.object({ url: z.string(), on: z.array(z.enum(CALLBACK_STATUSES)) }).nullable(),
+    callbackOf: z.string().nullable().openapi({ description: 'The task whose completion callback this task delivers.' }),
     deduplicated: z.boolean().optional().openapi({ description: 'The idempotency key was already spent.' }),
   })
   .openapi('Task');
@@ -189,6 +212,9 @@ export function taskJson(t: Task): TaskJson {
     replayOf: t.replayOf,
     concurrency: t.concurrency,
     priority: t.priority,
+    result: t.result,
+    callback: t.callback,
+    callbackOf: t.callbackOf,
   };
 }
 
@@ -417,6 +443,7 @@ export const ScheduleSchema = z
     delivery: z.enum(['at_least_once', 'at_most_once']),
     concurrency: z.object({ key: z.string(), limit: z.int() }).nullable(),
     priority: z.int(),
+    callback: z.object({ url: z.string(), on: z.array(z.enum(CALLBACK_STATUSES)) }).nullable(),
     misfire: z.enum(['run_once', 'catch_up', 'skip']),
     misfireGrace: z.int(),
     catchUpLimit: z.int(),

@@ -1,5 +1,5 @@
 // A schedule as the core sees it, and the one place its columns are mapped.
-import type { Delivery } from '../tasks/model.ts';
+import type { Delivery, TaskCallback } from '../tasks/model.ts';
 import type { RecurrenceUnit, ScheduleSpec } from './recurrence.ts';
 
 export type ScheduleKind = 'cron' | 'interval' | 'recurrence' | 'once';
@@ -15,6 +15,8 @@ export interface OccurrenceOptions {
   /** Flow control of the occurrences (issue 16); absent on schedules written before it. */
   concurrency?: { key: string; limit: number } | null;
   priority?: number;
+  /** Completion callback of the occurrences (issue 15); absent on schedules written before it. */
+  callback?: TaskCallback | null;
 }
 
 export interface Schedule {

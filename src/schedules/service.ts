@@ -14,7 +14,7 @@ import {
 } from '../db/sql/schedules.ts';
 import { AppError, invalid, type ErrorDetail } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
-import { resolveTaskOptions, type TaskOptionsInput } from '../tasks/options.ts';
+import { callbackOf, callbackProblem, resolveTaskOptions, type TaskOptionsInput } from '../tasks/options.ts';
 import { checkScheduleQuotas } from '../tenants/quotas.ts';
 import type { MisfirePolicy, OverlapPolicy, Schedule } from './model.ts';
 import { specOf } from './model.ts';
@@ -76,6 +76,8 @@ export async function putSchedule(
   }
   const { options, problems } = resolveTaskOptions(input, config);
   details.push(...problems);
+  const badCallback = callbackProblem(input.callback, config);
+  if (badCallback) details.push(badCallback);
   // Stored canonical (`eUrOpE/pArIs` as `Europe/Paris`); an unknown name is kept for validation to name.
   const timezone = input.timezone === undefined ? 'UTC' : (canonicalZoneName(input.timezone) ?? input.timezone);
   // The anchor is settled below (it may depend on the stored schedule); any valid instant checks the rest.
@@ -118,6 +120,7 @@ export async function putSchedule(
         delivery: options.delivery,
         concurrency: input.concurrency ?? null,
         priority: input.priority ?? 0,
+        callback: callbackOf(input.callback),
       },
       misfire: input.misfire ?? 'run_once',
       misfireGraceSeconds: input.misfireGrace ?? 60,

@@ -11,8 +11,8 @@
 // (whose insert would then do nothing, and the fire would be lost), and two
 // triggers in one millisecond take the next ones.
 //
-// Quota seam (maxPendingTasks): the occurrence is a new pending task; a
-// quota check belongs before the insert below.
+// Quota (maxPendingTasks): the occurrence is a new pending task, counted by
+// the insert itself like an enqueue's (429 quota_exceeded).
 import type { Config } from '../config.ts';
 import type { Queryable } from '../db/seam.ts';
 import { getScheduleWithClock, insertTriggeredOccurrence } from '../db/sql/trigger.ts';
@@ -64,6 +64,7 @@ export async function triggerSchedule(
       scheduleId: found.schedule.id,
       lookaheadSeconds: deps.config.lookaheadSeconds,
       slots,
+      maxPendingTasks: deps.config.quotaMaxPendingTasks,
     });
     if (task) return task;
     // Every slot was taken by concurrent triggers (or the schedule was just

@@ -6,7 +6,7 @@ import { AppError, invalid, type ErrorDetail } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import type { TraceContext } from '../tracing/trace-context.ts';
 import type { Task } from './model.ts';
-import { resolveTaskOptions, type TaskOptions, type TaskOptionsInput } from './options.ts';
+import { callbackOf, callbackProblem, resolveTaskOptions, type TaskOptions, type TaskOptionsInput } from './options.ts';
 
 /** A task as a caller asks for it (already shape-checked by the API schema). */
 export interface TaskInput extends TaskOptionsInput {
@@ -51,6 +51,7 @@ function toNewTask(input: TaskInput, options: TaskOptions, payload: unknown): Ne
     concurrencyKey: input.concurrency?.key ?? null,
     concurrencyLimit: input.concurrency?.limit ?? null,
     priority: input.priority ?? 0,
+    callback: callbackOf(input.callback),
   };
 }
 
@@ -81,6 +82,8 @@ export async function enqueueTasks(
       const payload = deps.registry.validate(input.task, input.payload === undefined ? {} : input.payload, pathOf(i));
       const { options, problems } = resolveTaskOptions(input, deps.config, pathOf(i));
       details.push(...problems);
+      const badCallback = callbackProblem(input.callback, deps.config, pathOf(i));
+      if (badCallback) details.push(badCallback);
       rows.push(toNewTask(input, options, payload));
     } catch (error) {
       if (!(error instanceof AppError) || !error.details) throw error;

@@ -35,13 +35,25 @@ export interface Task {
   /** Flow control (issue 16): the concurrency key and limit, or null. */
   concurrency: { key: string; limit: number } | null;
   priority: number;
+  /** The handler's return value, stored by the finish of a success (issue 15); null otherwise. */
+  result: unknown;
+  /** Completion callback (issue 15): POSTed to `url` when the task reaches a status in `on`. */
+  callback: TaskCallback | null;
+  /** The task whose completion callback this task is, or null. */
+  callbackOf: string | null;
+}
+
+export const CALLBACK_STATUSES = ['succeeded', 'dead', 'cancelled', 'missed'] as const;
+export interface TaskCallback {
+  url: string;
+  on: (typeof CALLBACK_STATUSES)[number][];
 }
 
 /** The columns every task-returning statement selects, in `taskFromRow`'s shape. */
 export const TASK_COLUMNS = `id, tenant, queue, task, payload, status, run_at, created_at, updated_at,
   dispatched_at, started_at, finished_at, attempts, max_attempts, last_error, backoff_base_ms,
   backoff_max_ms, timeout_ms, delivery, lease_epoch, idempotency_key, schedule_id, scheduled_for, replay_of,
-  concurrency_key, concurrency_limit, priority`;
+  concurrency_key, concurrency_limit, priority, result, callback, callback_of`;
 
 /**
  * TASK_COLUMNS for reads of `tasks` (unaliased): a task claimed but not
@@ -83,6 +95,9 @@ export interface TaskRow {
   concurrency_key?: string | null;
   concurrency_limit?: number | null;
   priority?: number | null;
+  result?: unknown;
+  callback?: TaskCallback | null;
+  callback_of?: string | null;
 }
 
 export function taskFromRow(r: TaskRow): Task {
@@ -116,6 +131,9 @@ export function taskFromRow(r: TaskRow): Task {
         ? null
         : { key: r.concurrency_key, limit: Number(r.concurrency_limit) },
     priority: Number(r.priority ?? 0),
+    result: r.result ?? null,
+    callback: r.callback ?? null,
+    callbackOf: r.callback_of === null || r.callback_of === undefined ? null : String(r.callback_of),
   };
 }
 

@@ -2,7 +2,8 @@
 // occurrences), resolved against the configured defaults in one place.
 import type { Config } from '../config.ts';
 import type { ErrorDetail } from '../errors.ts';
-import type { Delivery } from './model.ts';
+import { checkTarget } from '../handlers/ssrf.ts';
+import { CALLBACK_STATUSES, type Delivery, type TaskCallback } from './model.ts';
 
 /**
  * A Cloudflare Queues consumer invocation has 15 minutes of wall clock. One
@@ -41,6 +42,20 @@ export interface TaskOptionsInput {
   concurrency?: ConcurrencyInput;
   /** PRIORITY_MIN..PRIORITY_MAX, default 0. */
   priority?: number;
+  /** Completion callback (issue 15); `on` defaults to every terminal status. */
+  callback?: { url: string; on?: TaskCallback['on'] };
+}
+
+/** The callback as stored: `on` explicit (the trigger of migration 0017 reads it). */
+export function callbackOf(input: TaskOptionsInput['callback']): TaskCallback | null {
+  return input ? { url: input.url, on: input.on ? [...new Set(input.on)] : [...CALLBACK_STATUSES] } : null;
+}
+
+/** A callback URL's problem (the http task's SSRF check, at enqueue and schedule writes), or null. */
+export function callbackProblem(input: TaskOptionsInput['callback'], config: Config, pathPrefix = ''): ErrorDetail | null {
+  if (!input) return null;
+  const check = checkTarget(input.url, { allowPrivate: config.allowPrivateTargets, allowedPorts: config.allowedTargetPorts });
+  return check.ok ? null : { path: [pathPrefix, 'callback.url'].filter(Boolean).join('.'), message: check.reason };
 }
 
 export interface TaskOptions {

@@ -4,9 +4,10 @@
 // replaying it again answers its existing replay, so a retried request never
 // makes two; to run it once more, replay the replay.
 //
-// Quota seam (maxPendingTasks): every replay is a new pending task. A quota
-// check belongs at the top of `replayTask` and `replayMatching`, before the
-// statement, and may lower `limit`.
+// Quota (maxPendingTasks): every replay is a new pending task, counted by
+// the replay statement itself like an enqueue's (429 quota_exceeded, the
+// statement's batch refused whole). A bulk replay refused in a later batch
+// keeps the batches before it; calling again continues from there.
 import type { Config } from '../config.ts';
 import type { Queryable } from '../db/seam.ts';
 import { getTask } from '../db/sql/tasks.ts';
@@ -36,6 +37,7 @@ export async function replayTask(deps: ReplayDeps, tenant: string, id: string, t
     limit: 1,
     runAt: timing.runAt ?? null,
     delayMs: timing.runAt ? null : Math.round((timing.delay ?? 0) * 1000),
+    maxPendingTasks: deps.config.quotaMaxPendingTasks,
   });
   if (created) return { outcome: 'created', task: created };
   // Nothing was written: say why, without revealing other tenants' tasks.
@@ -80,6 +82,7 @@ export async function replayMatching(
       match,
       afterId,
       limit: want,
+      maxPendingTasks: deps.config.quotaMaxPendingTasks,
     });
     replays.push(...batch);
     if (batch.length < want) break;

@@ -14,7 +14,7 @@ import type {
   TaskCreateSchema,
   TaskSchema,
 } from '../../src/http/schemas.ts';
-import type { BulkCancelSchema, BulkReplaySchema, ReplaySchema } from '../../src/http/replaySchemas.ts';
+import type { AttemptSchema, BulkCancelSchema, BulkReplaySchema, ReplaySchema } from '../../src/http/replaySchemas.ts';
 import type { SigningSecretSchema } from '../../src/http/routes/signing-secret.ts';
 import type { ConcurrencySlotSchema } from '../../src/http/routes/concurrency.ts';
 import type { MinuteStatsJson } from '../../src/http/routes/stats.ts';
@@ -56,6 +56,7 @@ export const checks = [
   ok<Mirror<Client.MinuteStats, MinuteStatsJson>>(),
   ok<Mirror<Client.ConcurrencySlot, z.output<typeof ConcurrencySlotSchema>>>(),
   ok<Mirror<Client.ReplayInput, z.input<typeof ReplaySchema>>>(),
+  ok<Mirror<Client.Attempt, z.output<typeof AttemptSchema>>>(),
   ok<Mirror<Client.BulkCancelInput, z.input<typeof BulkCancelSchema>>>(),
   ok<Mirror<Client.BulkReplayInput, z.input<typeof BulkReplaySchema>>>(),
 ];

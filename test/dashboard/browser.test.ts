@@ -170,12 +170,17 @@ describe('the dashboard in Chromium', () => {
     await page.getByRole('heading', { name: `Task ${replayId}` }).waitFor();
     expect(await page.locator('p.action-result').textContent()).toContain(`Replay of task ${task.id}`);
     await page.locator('[data-region=task] .badge').getByText('succeeded').waitFor({ timeout: 30_000 });
+    // Its result and its attempts (issue 15).
+    await page.locator('[data-field=attempts]').getByText('succeeded').waitFor();
+    expect(await page.locator('[data-field=result]').textContent()).toContain('"status": 200');
     expect(await acme.tasks.get(replayId)).toMatchObject({ status: 'succeeded', replayOf: task.id });
     expect((await acme.tasks.get(task.id)).status).toBe('dead');
     await shot(page, '15-replayed-task');
     // The link leads back to the original.
     await page.locator('[data-field=replayOf]').click();
     await page.getByRole('heading', { name: `Task ${task.id}` }).waitFor();
+    await page.locator('[data-field=attempts]').getByText('timed_out').waitFor();
+    expect(await page.locator('[data-field=attempts]').textContent()).toContain('TimeoutError');
     await page.close();
   });
 

@@ -17,6 +17,7 @@ import {
 } from '../../src/handlers/registry.ts';
 import { verifyWebhook } from '../../packages/client/src/webhooks.ts';
 import { silentLogger } from '../../src/log.ts';
+import { MAX_RESULT_BYTES, resultText } from '../../src/tasks/attempts.ts';
 
 const SECRET = `whsec_${btoa('edge-scheduler test signing key!')}`;
 
@@ -42,6 +43,15 @@ function route(req: IncomingMessage, res: ServerResponse, body: string): void {
       return;
     case '/accepted':
       res.writeHead(202).end();
+      return;
+    case '/json':
+      res.writeHead(201, { 'content-type': 'application/json; charset=utf-8' }).end('{"id":"r-1","nested":{"ok":[1,2]}}');
+      return;
+    case '/json-nul':
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"nul":"a\\u0000b"}');
+      return;
+    case '/huge-ok':
+      res.writeHead(200, { 'content-type': 'text/plain' }).end('"\u0000é'.repeat(40_000)); // 160 kB; escapes make it longer as JSON
       return;
     case '/flaky':
       flakyCalls += 1;
@@ -157,11 +167,40 @@ function expectRetryWithBackoff(error: Error): void {
   expect(error).not.toBeInstanceOf(RetryAfterError);
 }
 
+describe('the result of a delivery (issue 15)', () => {
+  it('is the status, the content type and the body: JSON when it parses; what jsonb refuses stays text', async () => {
+    await expect(deliver({ url: `${base}/json` })).resolves.toEqual({
+      status: 201,
+      headers: { 'content-type': 'application/json; charset=utf-8' },
+      body: { id: 'r-1', nested: { ok: [1, 2] } },
+    });
+    // An escaped NUL parses, but jsonb would refuse it: the body is kept as text.
+    await expect(deliver({ url: `${base}/json-nul` })).resolves.toEqual({
+      status: 200,
+      headers: { 'content-type': 'application/json' },
+      body: '{"nul":"a\\u0000b"}',
+    });
+  });
+
+  it('keeps at most 64 KiB of a body, cut so its JSON fits the result limit, with no NUL', async () => {
+    const r = (await deliver({ url: `${base}/huge-ok` })) as { status: number; body: string };
+    expect(r.status).toBe(200);
+    expect(typeof r.body).toBe('string');
+    expect(r.body).not.toContain('\u0000');
+    expect(r.body.startsWith('"\uFFFDé"')).toBe(true);
+    expect(resultText(r)).toMatchObject({ ok: true });
+    expect(new TextEncoder().encode(JSON.stringify(r)).length).toBeLessThanOrEqual(MAX_RESULT_BYTES);
+    expect(new TextEncoder().encode(r.body).length).toBeLessThanOrEqual(64 * 1024);
+  });
+});
+
 describe('successful deliveries', () => {
   it('succeeds on 2xx with a signature the official package verifies', async () => {
     const body = { event: 'invoice.paid', amount: 4200, note: 'café ☕' };
     await expect(deliver({ url: `${base}/ok`, body, headers: { 'X-Tenant-Ref': 'abc' } }, context('1234'))).resolves.toEqual({
       status: 200,
+      headers: { 'content-type': 'text/plain' },
+      body: 'thanks',
     });
     expect(received).toHaveLength(1);
     const [request] = received;
@@ -213,7 +252,7 @@ describe('successful deliveries', () => {
     const payload = { url: `${base}/flaky`, body: { n: 1 } };
     const first = await failure(deliver(payload, { ...context('77'), attempt: 1 }));
     expect(first.message).toMatch(/^HTTP 500/);
-    await expect(deliver(payload, { ...context('77'), attempt: 2 })).resolves.toEqual({ status: 204 });
+    await expect(deliver(payload, { ...context('77'), attempt: 2 })).resolves.toEqual({ status: 204, headers: {}, body: '' });
     expect(received.map((r) => r.headers['webhook-id'])).toEqual(['77', '77']);
     for (const r of received) {
       expect(() => new Webhook(SECRET).verify(r.body, r.headers as Record<string, string>)).not.toThrow();

@@ -92,7 +92,7 @@ describe('replay (tasks_replay_terminal)', () => {
     const [id] = await seed('dead', { tenant: 'victim' });
     await expect(replayTask(deps(), 'intruder', id!, {}, T0)).rejects.toMatchObject({ code: 'not_found' });
     await expect(replayTask(deps(), 'intruder', '987654321', {}, T0)).rejects.toMatchObject({ code: 'not_found' });
-    expect(await replayTerminalTasks(t.db, { tenant: 'intruder', lookaheadSeconds: 60, match: { ids: [id!] }, limit: 10 })).toEqual([]);
+    expect(await replayTerminalTasks(t.db, { tenant: 'intruder', lookaheadSeconds: 60, match: { ids: [id!] }, limit: 10, maxPendingTasks: 1000 })).toEqual([]);
     expect(await count('replay_of is not null')).toBe(0);
   });
 
@@ -237,16 +237,16 @@ describe('trigger (schedules_trigger_occurrence)', () => {
     await put('mine', { interval: 60 });
     await expect(triggerSchedule(deps(), 'intruder', 'mine', T0)).rejects.toMatchObject({ code: 'not_found' });
     const s = await schedule('mine');
-    expect(await insertTriggeredOccurrence(t.db, { tenant: 'intruder', scheduleId: String(s.id), lookaheadSeconds: 60, slots: [T0] })).toBeNull();
+    expect(await insertTriggeredOccurrence(t.db, { tenant: 'intruder', scheduleId: String(s.id), lookaheadSeconds: 60, slots: [T0], maxPendingTasks: 1000 })).toBeNull();
     expect(await count()).toBe(0);
   });
 
   it('a slot already taken is skipped within one statement', async () => {
     await put('slots', { interval: 3600 });
     const s = await schedule('slots');
-    const a = await insertTriggeredOccurrence(t.db, { tenant: 'acme', scheduleId: String(s.id), lookaheadSeconds: 60, slots: [T0, at(0.001)], now: T0 });
-    const b = await insertTriggeredOccurrence(t.db, { tenant: 'acme', scheduleId: String(s.id), lookaheadSeconds: 60, slots: [T0, at(0.001)], now: T0 });
-    const c = await insertTriggeredOccurrence(t.db, { tenant: 'acme', scheduleId: String(s.id), lookaheadSeconds: 60, slots: [T0, at(0.001)], now: T0 });
+    const a = await insertTriggeredOccurrence(t.db, { tenant: 'acme', scheduleId: String(s.id), lookaheadSeconds: 60, slots: [T0, at(0.001)], now: T0, maxPendingTasks: 1000 });
+    const b = await insertTriggeredOccurrence(t.db, { tenant: 'acme', scheduleId: String(s.id), lookaheadSeconds: 60, slots: [T0, at(0.001)], now: T0, maxPendingTasks: 1000 });
+    const c = await insertTriggeredOccurrence(t.db, { tenant: 'acme', scheduleId: String(s.id), lookaheadSeconds: 60, slots: [T0, at(0.001)], now: T0, maxPendingTasks: 1000 });
     expect([a?.scheduledFor, b?.scheduledFor, c]).toEqual([T0, at(0.001), null]);
   });
 });

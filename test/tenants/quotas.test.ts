@@ -111,6 +111,44 @@ describe('maxPendingTasks', () => {
     expect(await count('race')).toBeLessThanOrEqual(10 + 7 * 4);
     expect(await count('race')).toBe(accepted * 4);
   });
+
+  it('replay, bulk replay and a schedule trigger count against it like an enqueue (429, nothing written)', async () => {
+    await api.admin('PUT', '/v1/admin/tenants/small', { body: { quotas: { maxPendingTasks: 3 } } });
+    const sched = await api.admin('PUT', '/v1/schedules/nightly', { tenant: 'small', body: { task: 'noop', cron: '0 3 * * *', enabled: false } });
+    expect(sched.status).toBe(201);
+    expect((await batch('small', 3)).status).toBe(201);
+    const cancelled = await api.admin('POST', '/v1/tasks/bulk-cancel', { tenant: 'small', body: { status: ['scheduled'] } });
+    expect(cancelled.body.affected).toBe(3);
+    const [a, b, c] = cancelled.body.ids as string[];
+    expect((await batch('small', 2)).status).toBe(201); // 2 pending, room for 1
+    expect((await batch('other', 10)).status).toBe(201); // another tenant's pending tasks never count
+
+    expect((await api.admin('POST', `/v1/tasks/${a}/replay`, { tenant: 'small' })).status).toBe(201); // 3: at the limit
+    const pending = await count('small');
+    const refused = [
+      await api.admin('POST', `/v1/tasks/${b}/replay`, { tenant: 'small' }),
+      await api.admin('POST', '/v1/tasks/bulk-replay', { tenant: 'small', body: { status: ['cancelled'] } }),
+      await api.admin('POST', '/v1/schedules/nightly/trigger', { tenant: 'small' }),
+    ];
+    for (const r of refused) {
+      expect(r.status, JSON.stringify(r.body)).toBe(429);
+      expect(r.body.error.code).toBe('quota_exceeded');
+      expect(r.body.error.details).toEqual([{ path: 'maxPendingTasks', message: expect.stringMatching(/limit of 3/) }]);
+      expect(Number(r.headers.get('retry-after'))).toBeGreaterThan(0);
+    }
+    expect(await count('small')).toBe(pending);
+    // Replaying again what was already replayed adds nothing, so it is never refused.
+    expect((await api.admin('POST', `/v1/tasks/${a}/replay`, { tenant: 'small' })).status).toBe(200);
+
+    // Room again: up to the limit exactly.
+    await api.admin('POST', '/v1/tasks/bulk-cancel', { tenant: 'small', body: { status: ['scheduled', 'queued'], limit: 2 } });
+    const replayed = await api.admin('POST', '/v1/tasks/bulk-replay', { tenant: 'small', body: { ids: [b, c] } });
+    expect(replayed.status).toBe(200);
+    expect(replayed.body.ids).toEqual([b, c]);
+    expect((await api.admin('POST', '/v1/schedules/nightly/trigger', { tenant: 'small' })).status).toBe(429);
+    await api.admin('POST', '/v1/tasks/bulk-cancel', { tenant: 'small', body: { ids: [replayed.body.replayIds[0]] } });
+    expect((await api.admin('POST', '/v1/schedules/nightly/trigger', { tenant: 'small' })).status).toBe(201);
+  });
 });
 
 describe('schedule quotas', () => {

@@ -45,6 +45,10 @@ async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutM
 }
 const task = async (id: string, tenant = 'worker-http') =>
   (await (await exports.default.fetch(`https://scheduler.test/v1/tasks/${id}`, { headers: { ...headers, 'x-tenant': tenant } })).json()) as any;
+const attempts = async (id: string, tenant = 'worker-http') => {
+  const res = await exports.default.fetch(`https://scheduler.test/v1/tasks/${id}/attempts`, { headers: { ...headers, 'x-tenant': tenant } });
+  return { status: res.status, body: (await res.json()) as any };
+};
 const deliveries = async (path: string) =>
   (await (await fetch(`${env.RECEIVER_URL}/_deliveries?path=${encodeURIComponent(path)}`)).json()) as any[];
 
@@ -55,6 +59,11 @@ describe('the http task type', () => {
     expect(r.status).toBe(201);
     const done = await until(() => task(r.body.id), (t) => t.status === 'succeeded');
     expect(done.status).toBe('succeeded');
+    // The result (issue 15): the response's status, content type and body.
+    expect(done.result).toEqual({ status: 200, headers: {}, body: 'ok' });
+    const history = await attempts(r.body.id);
+    expect(history.body.attempts).toEqual([expect.objectContaining({ attempt: 1, outcome: 'succeeded', status: 200, error: null })]);
+    expect((await attempts(r.body.id, 'worker-http-other')).status).toBe(404);
 
     const [d] = await deliveries(path);
     expect(d.method).toBe('POST');
@@ -113,6 +122,13 @@ describe('the http task type', () => {
     const got = await deliveries(path);
     expect(got).toHaveLength(2);
     expect(new Set(got.map((d) => d.headers['webhook-id']))).toEqual(new Set([r.body.id]));
+    const history = (await attempts(r.body.id)).body.attempts;
+    expect(history.map((a: any) => [a.attempt, a.outcome, a.status])).toEqual([
+      [1, 'failed', 503],
+      [2, 'failed', 503],
+    ]);
+    expect(history[0].error).toEqual({ name: 'RetryAfterError', message: 'HTTP 503 Service Unavailable: busy' });
+    expect(done.result).toBeNull();
   });
 
   it('a 404 is permanent: dead after one attempt', async () => {

@@ -20,6 +20,7 @@ import type {
   Task,
   TaskInput,
   TaskStatus,
+  Attempt,
   MinuteStats,
   ConcurrencySlot,
 } from './types.ts';
@@ -160,6 +161,8 @@ export function createClient(options: ClientOptions) {
       const r = await call<Task>('POST', `/v1/tasks/${seg(id)}/replay`, { body: input });
       return { task: r.body, created: r.status === 201 };
     },
+    /** The task's attempts, oldest first: outcome, times, error, and (http tasks) the response status. */
+    attempts: async (id: string) => (await call<{ attempts: Attempt[] }>('GET', `/v1/tasks/${seg(id)}/attempts`)).body.attempts,
     /** Cancels up to `limit` matching tasks that have not started. */
     bulkCancel: async (input: BulkCancelInput) => (await call<BulkResult>('POST', '/v1/tasks/bulk-cancel', { body: input })).body,
     /** Replays up to `limit` matching finished tasks that have no replay yet. */

@@ -29,6 +29,17 @@ interface TaskOptions {
   concurrency?: Concurrency;
   /** -10 to 10 (default 0): higher first within the tenant's fair share, never more than the share. */
   priority?: number;
+  /**
+   * Completion callback: when the task reaches one of `on` (default all four), the task as
+   * GET /v1/tasks/{id} shows it is POSTed to `url`, signed, webhook-id `<id>.callback`, retried.
+   */
+  callback?: { url: string; on?: CallbackStatus[] };
+}
+
+export type CallbackStatus = 'succeeded' | 'dead' | 'cancelled' | 'missed';
+export interface Callback {
+  url: string;
+  on: CallbackStatus[];
 }
 
 export interface Concurrency {
@@ -90,6 +101,11 @@ export interface Task {
   replayOf: string | null;
   concurrency: Concurrency | null;
   priority: number;
+  /** What the handler returned (any JSON, at most 64 KiB), once the task succeeded; null before. */
+  result: unknown;
+  callback: Callback | null;
+  /** The task whose completion callback this task delivers. */
+  callbackOf: string | null;
   /** The idempotency key was already spent: this is the existing task. */
   deduplicated?: boolean;
 }
@@ -147,6 +163,7 @@ export interface Schedule {
   delivery: Delivery;
   concurrency: Concurrency | null;
   priority: number;
+  callback: Callback | null;
   misfire: Misfire;
   misfireGrace: number;
   catchUpLimit: number;
@@ -202,6 +219,25 @@ export interface BulkFilter {
 }
 export type BulkCancelInput = BulkFilter;
 export type BulkReplayInput = BulkFilter;
+
+export type AttemptOutcome = 'succeeded' | 'failed' | 'timed_out' | 'lease_expired' | 'cancelled' | 'skipped_stale';
+
+/** One attempt of a task, from GET /v1/tasks/{id}/attempts (oldest first). */
+export interface Attempt {
+  /** 1 for the first; for a skipped message, the attempts counted when it arrived. */
+  attempt: number;
+  /** The lease epoch the attempt (or the skipped message) held. */
+  epoch: number;
+  /** When the handler started (null: it never did). */
+  startedAt: string | null;
+  finishedAt: string;
+  durationMs: number | null;
+  outcome: AttemptOutcome;
+  /** Name and message, at most 2 KiB together. */
+  error: { message: string; name: string } | null;
+  /** http tasks only: the response status (null: no response). */
+  status?: number | null;
+}
 
 /** One queue's minute of GET /v1/stats/finished: tasks finished by outcome, due-to-start p50/p99 in seconds. */
 export interface MinuteStats {

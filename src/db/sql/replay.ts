@@ -10,12 +10,13 @@
 // where the last one stopped, and its limit counts new replays only), and
 // ON CONFLICT ... DO NOTHING settles two statements racing over one original.
 //
-// Quotas (maxPendingTasks) will count these rows as new pending tasks: the
-// check belongs in this statement's `originals` CTE (a lower limit), or in
-// the service before it (src/tasks/replay.ts, `replayTasks`).
+// Quota (maxPendingTasks): every replay is a new pending task. The statement
+// shares the enqueue's `pending_quota` step (pendingQuotaOf): the originals
+// it would replay count as the tasks added, and over the limit the whole
+// statement is refused (TQ002, 429 quota_exceeded).
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT } from './tasks.ts';
+import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT, pendingQuotaOf } from './tasks.ts';
 import { TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
 
 type Now = Date | null | undefined;
@@ -66,7 +67,7 @@ export const MATCH_PREDICATES = `t.tenant = $2::text
  * after `afterId` (progress within one bulk call), at most `limit`.
  * Locks nothing but the tenant's fair-queuing rows; guards: the tenant, the
  * terminal status, no replay yet (NOT EXISTS, and the unique index on
- * conflict). A replay due within the look-ahead is born `queued` with its
+ * conflict), the tenant's maxPendingTasks (`pending_quota`). A replay due within the look-ahead is born `queued` with its
  * vtime, otherwise `scheduled`, exactly like an enqueue.
  */
 const tasksReplayTerminal = sql(
@@ -74,7 +75,7 @@ const tasksReplayTerminal = sql(
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    originals as (
      select t.id, t.queue, t.task, t.payload, t.max_attempts, t.backoff_base_ms, t.backoff_max_ms,
-            t.timeout_ms, t.delivery, t.concurrency_key, t.concurrency_limit, t.priority
+            t.timeout_ms, t.delivery, t.concurrency_key, t.concurrency_limit, t.priority, t.callback
      from tasks t
      where ${MATCH_PREDICATES}
        and t.status in ('succeeded', 'dead', 'cancelled', 'missed')
@@ -83,19 +84,21 @@ const tasksReplayTerminal = sql(
      order by t.id
      limit $11::int
    ),
+   ${pendingQuotaOf('$14::int', '(select count(*) from originals)')},
    input as (
      select o.*, o.id as ord, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
-     from originals o, clock,
+     from originals o, clock, pending_quota,
           lateral (select coalesce($12::timestamptz, clock.now + coalesce($13::bigint, 0) * interval '1 millisecond') as due_at) d
+     where pending_quota.ok
    ),
    ${KNOWN_QUEUES_OF_INPUT},
    ${FAIR_VTIME_OF_INPUT}
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                            backoff_max_ms, timeout_ms, delivery, vtime, replay_of, created_at, updated_at,
-                           concurrency_key, concurrency_limit, priority)
+                           concurrency_key, concurrency_limit, priority, callback)
    select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
           r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
-          r.vtime, r.id, clock.now, clock.now, r.concurrency_key, r.concurrency_limit, r.priority
+          r.vtime, r.id, clock.now, clock.now, r.concurrency_key, r.concurrency_limit, r.priority, r.callback
    from rows r, clock
    order by r.id
    on conflict (replay_of) where replay_of is not null do nothing
@@ -113,6 +116,8 @@ export async function replayTerminalTasks(
     limit: number;
     runAt?: Date | null;
     delayMs?: number | null;
+    /** The default maxPendingTasks (vars); the tenant's own quota overrides it. */
+    maxPendingTasks: number;
   },
 ): Promise<Task[]> {
   const rows = await q.query<TaskRow>(tasksReplayTerminal, [
@@ -124,6 +129,7 @@ export async function replayTerminalTasks(
     p.limit,
     p.runAt ?? null,
     p.delayMs ?? null,
+    p.maxPendingTasks,
   ]);
   return rows.map(taskFromRow).sort((a, b) => (BigInt(a.replayOf!) < BigInt(b.replayOf!) ? -1 : 1));
 }

@@ -127,7 +127,10 @@ const schedulesPause = sql(
    withdrawn as (
      delete from tasks t using target, clock
      where t.schedule_id = target.id and t.scheduled_for > clock.now and ${NOT_STARTED}
-     returning t.scheduled_for
+     returning t.id, t.scheduled_for
+   ),
+   withdrawn_attempts as (
+     delete from task_attempts a using withdrawn w where a.task_id = w.id
    ),
    cancelled as (
      update tasks t set status = 'cancelled', finished_at = clock.now, lease_expires_at = null, updated_at = clock.now
@@ -163,10 +166,16 @@ export async function pauseScheduleWithdrawOccurrences(
  */
 const schedulesWithdrawPlanned = sql(
   'schedules_withdraw_planned_if_not_started',
-  `delete from tasks t using schedules s
+  `with withdrawn as (
+   delete from tasks t using schedules s
    where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id
      and t.scheduled_for > coalesce($1::timestamptz, now()) and ${NOT_STARTED}
-   returning t.id`,
+   returning t.id
+   ),
+   withdrawn_attempts as (
+     delete from task_attempts a using withdrawn w where a.task_id = w.id
+   )
+   select id from withdrawn`,
 );
 
 export async function withdrawPlannedOccurrences(q: Queryable, p: { now?: Now; tenant: string; name: string }): Promise<number> {
@@ -320,13 +329,13 @@ const schedulesFireOccurrences = sql(
    inserted as (
      insert into tasks (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                         backoff_max_ms, timeout_ms, delivery, schedule_id, scheduled_for, finished_at,
-                        last_error, created_at, updated_at, concurrency_key, concurrency_limit, priority)
+                        last_error, created_at, updated_at, concurrency_key, concurrency_limit, priority, callback)
      select s.tenant, s.queue, s.task, s.payload, o.status, o.scheduled_for, s.max_attempts,
             (s.options->>'backoffBaseMs')::int, (s.options->>'backoffMaxMs')::int, (s.options->>'timeoutMs')::int,
             s.options->>'delivery', s.id, o.scheduled_for,
             case when o.status = 'missed' then clock.now end, o.note, clock.now, clock.now,
             s.options->'concurrency'->>'key', (s.options->'concurrency'->>'limit')::int,
-            coalesce((s.options->>'priority')::smallint, 0)
+            coalesce((s.options->>'priority')::smallint, 0), nullif(s.options->'callback', 'null'::jsonb)
      from occ o join schedules s on s.id = o.schedule_id, clock
      order by o.scheduled_for
      on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing

@@ -15,7 +15,17 @@
 import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Delivery, type Task, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
+import {
+  shownStatusSql,
+  TASK_COLUMNS,
+  TASK_COLUMNS_SHOWN,
+  taskFromRow,
+  type Delivery,
+  type Task,
+  type TaskCallback,
+  type TaskRow,
+  type TaskStatus,
+} from '../../tasks/model.ts';
 
 type Now = Date | null | undefined;
 const at = (now: Now) => now ?? null;
@@ -60,6 +70,8 @@ export interface NewTask {
   concurrencyLimit: number | null;
   /** -10..10: which of the tenant's tasks fills its fair share first. */
   priority: number;
+  /** Completion callback (issue 15), or null. */
+  callback: TaskCallback | null;
 }
 
 export interface WrittenTask extends Task {
@@ -149,10 +161,17 @@ export const FAIR_VTIME_OF_INPUT = `runnable_counts as (
      left join runnable_counts c on i.runnable and c.queue = i.queue
    )`;
 
-/** The insert shared by both enqueue statements, up to its conflict clause. */
-const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as now),
-   quota as (
-     select coalesce((select max_pending_tasks from tenant_quotas where tenant = $2::text), $15::int) as max_pending
+/**
+ * The maxPendingTasks step of every statement that creates tasks (enqueue,
+ * replay, trigger): CTEs `quota` and `pending_quota` for the tenant $2.
+ * `defaultMax` is the parameter holding the default from vars; `adding` an
+ * expression counting the tasks the statement would create. The statement
+ * must read `pending_quota.ok` before it inserts (a CTE nobody reads never
+ * runs): over the limit, tasks_refuse_over_pending_quota raises TQ002 and the
+ * whole statement is refused (429 quota_exceeded).
+ */
+export const pendingQuotaOf = (defaultMax: string, adding: string) => `quota as (
+     select coalesce((select max_pending_tasks from tenant_quotas where tenant = $2::text), ${defaultMax}) as max_pending
    ),
    pending_quota as (
      select tasks_refuse_over_pending_quota(
@@ -161,18 +180,25 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
                  select 1 from tasks p
                  where p.tenant = $2::text and p.status in ('scheduled', 'queued', 'running')
                  limit (select max_pending from quota)) counted),
-              (select count(*) from unnest($14::text[]) k(key)
-               where k.key is null
-                  or not exists (select 1 from tasks e where e.tenant = $2::text and e.idempotency_key = k.key)),
+              ${adding},
               (select max_pending from quota)) as ok
-   ),
+   )`;
+
+/** The insert shared by both enqueue statements, up to its conflict clause. */
+const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as now),
+   ${pendingQuotaOf(
+     '$15::int',
+     `(select count(*) from unnest($14::text[]) k(key)
+               where k.key is null
+                  or not exists (select 1 from tasks e where e.tenant = $2::text and e.idempotency_key = k.key))`,
+   )},
    input as (
      select i.*, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
      from unnest($4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::bigint[], $9::int[], $10::int[],
-                 $11::int[], $12::int[], $13::text[], $14::text[], $18::text[], $19::int[], $20::int[])
+                 $11::int[], $12::int[], $13::text[], $14::text[], $18::text[], $19::int[], $20::int[], $21::jsonb[])
           with ordinality as i(queue, task, payload, run_at, delay_ms, max_attempts, backoff_base_ms,
                                backoff_max_ms, timeout_ms, delivery, idempotency_key, concurrency_key,
-                               concurrency_limit, priority, ord),
+                               concurrency_limit, priority, callback, ord),
           clock, pending_quota,
           lateral (select coalesce(i.run_at, clock.now + coalesce(i.delay_ms, 0) * interval '1 millisecond') as due_at) d
      where pending_quota.ok and not exists (select 1 from spent_idempotency_keys s
@@ -189,11 +215,11 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
    ${FAIR_VTIME_OF_INPUT}
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                            backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at,
-                           traceparent, tracestate, concurrency_key, concurrency_limit, priority)
+                           traceparent, tracestate, concurrency_key, concurrency_limit, priority, callback)
    select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
           r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
           r.idempotency_key, r.vtime, clock.now, clock.now, $16::text, $17::text,
-          r.concurrency_key, r.concurrency_limit, r.priority
+          r.concurrency_key, r.concurrency_limit, r.priority, r.callback
    from rows r, clock
    order by r.ord
 `;
@@ -272,6 +298,7 @@ export async function insertTasks(
     col('concurrencyKey'),
     col('concurrencyLimit'),
     col('priority'),
+    p.tasks.map((t) => (t.callback ? JSON.stringify(t.callback) : null)),
   ]);
   if (plain) {
     // Inserted in input order, so the ids ascend in that order.
@@ -308,6 +335,7 @@ export async function insertTasks(
           concurrency_key: input.concurrencyKey,
           concurrency_limit: input.concurrencyLimit,
           priority: input.priority,
+          callback: input.callback,
         }),
         created: true,
       };
@@ -766,6 +794,20 @@ const tasksStartIfClaimed = sql(
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)
        and t.run_at <= clock.now
      returning ${TASK_COLUMNS_T}, t.traceparent, t.tracestate
+   ),
+   -- Attempt history (migration 0017): a message that started nothing is
+   -- recorded against its epoch, \`cancelled\` when the task was cancelled
+   -- after its early claim, \`skipped_stale\` otherwise (a stale or duplicate
+   -- message). A queue-paused refusal is no attempt (refunded).
+   skipped as (
+     insert into task_attempts (task_id, attempt, epoch, outcome, finished_at, error_name, error_message)
+     select m.id, cur.attempts, m.epoch, case when cur.status = 'cancelled' then 'cancelled' else 'skipped_stale' end,
+            clock.now, 'StaleMessage',
+            'message of epoch ' || m.epoch || ' skipped: the task is ' || cur.status || ' at epoch ' || cur.lease_epoch
+     from msg m join tasks cur on cur.id = m.id, clock
+     where m.id not in (select id from started) and m.id not in (select id from refused)
+       -- an early message (due later) waits and starts with this statement again: no attempt yet
+       and not (cur.lease_epoch = m.epoch and cur.status = 'running' and cur.started_at is null)
    )
    select s.*, null::float8 as wait_ms, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status,
           true as started, null::text as reason
@@ -816,6 +858,15 @@ export interface AttemptResult {
   error: string | null;
   /** Overrides the backoff (e.g. a Retry-After); null: the task's backoff. */
   retryDelayMs: number | null;
+  /** For the attempt history: the error's name and message (at most 2 KiB together). */
+  errorName?: string | null;
+  errorMessage?: string | null;
+  /** The attempt ran out of its timeout (outcome `timed_out` in the history). */
+  timedOut?: boolean;
+  /** For http tasks: the response status, when a response came. */
+  httpStatus?: number | null;
+  /** The handler's return value as JSON text (at most 64 KiB), stored on success; null: none. */
+  result?: string | null;
 }
 
 export interface FinishedTask {
@@ -835,11 +886,12 @@ const tasksFinishIfRunning = sql(
   'tasks_finish_if_running',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    res as (
-     select * from unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::int[])
-       as r(id, epoch, outcome, error, retry_delay_ms)
+     select * from unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[],
+                          $9::boolean[], $10::int[], $11::jsonb[])
+       as r(id, epoch, outcome, error, retry_delay_ms, error_name, error_message, timed_out, http_status, result)
    ),
    decided as (
-     select r.*, case
+     select r.*, t.attempts, t.started_at as attempt_started_at, case
               when r.outcome = 'succeeded' then 'succeeded'
               when r.outcome = 'failed' and t.delivery = 'at_least_once' and t.attempts < t.max_attempts then 'scheduled'
               else 'dead'
@@ -860,10 +912,21 @@ const tasksFinishIfRunning = sql(
        started_at = case when d.next_status = 'scheduled' then null else t.started_at end,
        lease_expires_at = null,
        last_error = coalesce(d.error, t.last_error),
+       result = case when d.next_status = 'succeeded' then d.result else t.result end,
        updated_at = clock.now
      from decided d, clock
      where t.id = any($2::bigint[]) and t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'
-     returning t.id, t.status, t.run_at
+     returning t.id, t.status, t.run_at, d.attempts, d.epoch, d.outcome, d.timed_out, d.attempt_started_at,
+               d.error_name, d.error_message, d.http_status, clock.now
+   ),
+   -- Attempt history (migration 0017): one row per finish applied (the
+   -- update's own rows, no join), none for a result that lost its fence.
+   attempts_written as (
+     insert into task_attempts (task_id, attempt, epoch, outcome, started_at, finished_at, error_name, error_message, http_status)
+     select f.id, f.attempts, f.epoch,
+            case when f.outcome = 'succeeded' then 'succeeded' when f.timed_out then 'timed_out' else 'failed' end,
+            f.attempt_started_at, f.now, f.error_name, f.error_message, f.http_status
+     from finished f
    )
    select f.id, null::bigint as epoch, f.status, f.run_at, null::bigint as current_epoch, null::text as current_status
    from finished f
@@ -884,6 +947,11 @@ export async function finishTasks(
     p.results.map((r) => r.outcome),
     p.results.map((r) => r.error),
     p.results.map((r) => (r.retryDelayMs === null ? null : Math.max(0, Math.round(r.retryDelayMs)))),
+    p.results.map((r) => r.errorName ?? null),
+    p.results.map((r) => r.errorMessage ?? null),
+    p.results.map((r) => r.timedOut ?? false),
+    p.results.map((r) => r.httpStatus ?? null),
+    p.results.map((r) => r.result ?? null),
   ]);
   const finished: FinishedTask[] = [];
   const lost: LostFence[] = [];
@@ -939,7 +1007,7 @@ const tasksReapExpired = sql(
   'tasks_reap_expired',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    expired as (
-     select t.id,
+     select t.id, t.attempts as attempt, t.lease_epoch, t.started_at as attempt_started_at,
             case when t.dispatched_at is null and d.claim_token is null and t.started_at is null then 'queued'
                  -- Guard: at-most-once never started is requeued, never dead.
                  when t.delivery = 'at_most_once' and t.started_at is null then 'queued'
@@ -955,7 +1023,8 @@ const tasksReapExpired = sql(
      order by t.lease_expires_at
      limit $2::int
      for update of t skip locked
-   )
+   ),
+   reaped as (
    update tasks t set
      status = e.next_status,
      attempts = case when e.next_status = 'queued' then t.attempts - 1 else t.attempts end,
@@ -974,7 +1043,17 @@ const tasksReapExpired = sql(
      updated_at = clock.now
    from expired e, clock
    where t.id = e.id
-   returning e.next_status`,
+   returning e.next_status, t.id, t.last_error, e.attempt, e.lease_epoch, e.attempt_started_at, clock.now
+   ),
+   -- Attempt history (migration 0017): an attempt handed off and never
+   -- reported is \`lease_expired\`; a claim given back (queued) was no attempt.
+   attempts_written as (
+     insert into task_attempts (task_id, attempt, epoch, outcome, started_at, finished_at, error_name, error_message)
+     select r.id, r.attempt, r.lease_epoch, 'lease_expired', r.attempt_started_at, r.now, 'LeaseExpired', r.last_error
+     from reaped r
+     where r.next_status <> 'queued'
+   )
+   select next_status from reaped`,
 );
 
 export async function reapExpiredLeases(
@@ -1012,6 +1091,9 @@ const tasksPurgeFinished = sql(
    deleted as (
      delete from tasks t using doomed where t.id = doomed.id
      returning t.id, t.tenant, t.idempotency_key, t.status
+   ),
+   attempts_purged as (
+     delete from task_attempts a using deleted where a.task_id = deleted.id
    ),
    marks_purged as (
      delete from dispatch_marks m where m.claim_token in (

@@ -4,7 +4,7 @@ import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from '../../schedules/model.ts';
 import { TASK_COLUMNS, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
-import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT } from './tasks.ts';
+import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT, pendingQuotaOf } from './tasks.ts';
 
 type Now = Date | null | undefined;
 
@@ -36,7 +36,9 @@ export async function getScheduleWithClock(
  * schedule id (a schedule deleted and re-created meanwhile is another one),
  * and the occurrence key (schedule_id, scheduled_for), whose ON CONFLICT
  * turns a slot taken by a concurrent trigger into no row: the caller then
- * tries later slots. Locks the tenant's fair-queuing row of the queue.
+ * tries later slots. The tenant's maxPendingTasks counts the occurrence
+ * (`pending_quota`, shared with the enqueue: over it, TQ002, 429).
+ * Locks the tenant's fair-queuing row of the queue.
  */
 const schedulesTriggerOccurrence = sql(
   'schedules_trigger_occurrence',
@@ -48,20 +50,22 @@ const schedulesTriggerOccurrence = sql(
      order by c.at
      limit 1
    ),
+   ${pendingQuotaOf('$6::int', '(select count(*) from slot)')},
    input as (
      select s.*, slot.at as due_at, slot.at <= clock.now + make_interval(secs => $3::int) as runnable, 1 as ord
-     from s, slot, clock
+     from s, slot, clock, pending_quota
+     where pending_quota.ok
    ),
    ${KNOWN_QUEUES_OF_INPUT},
    ${FAIR_VTIME_OF_INPUT}
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                            backoff_max_ms, timeout_ms, delivery, vtime, schedule_id, scheduled_for,
-                           created_at, updated_at, concurrency_key, concurrency_limit, priority)
+                           created_at, updated_at, concurrency_key, concurrency_limit, priority, callback)
    select r.tenant, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
           r.due_at, r.max_attempts, (r.options->>'backoffBaseMs')::int, (r.options->>'backoffMaxMs')::int,
           (r.options->>'timeoutMs')::int, r.options->>'delivery', r.vtime, r.id, r.due_at, clock.now, clock.now,
           r.options->'concurrency'->>'key', (r.options->'concurrency'->>'limit')::int,
-          coalesce((r.options->>'priority')::smallint, 0)
+          coalesce((r.options->>'priority')::smallint, 0), nullif(r.options->'callback', 'null'::jsonb)
    from rows r, clock
    on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing
    returning ${TASK_COLUMNS_T}`,
@@ -70,7 +74,7 @@ const schedulesTriggerOccurrence = sql(
 /** The occurrence, or null when every slot was taken (or the schedule is gone). */
 export async function insertTriggeredOccurrence(
   q: Queryable,
-  p: { now?: Now; tenant: string; scheduleId: string; lookaheadSeconds: number; slots: readonly Date[] },
+  p: { now?: Now; tenant: string; scheduleId: string; lookaheadSeconds: number; slots: readonly Date[]; maxPendingTasks: number },
 ): Promise<Task | null> {
   const rows = await q.query<TaskRow>(schedulesTriggerOccurrence, [
     p.now ?? null,
@@ -78,6 +82,7 @@ export async function insertTriggeredOccurrence(
     p.lookaheadSeconds,
     p.scheduleId,
     p.slots,
+    p.maxPendingTasks,
   ]);
   return rows[0] ? taskFromRow(rows[0]) : null;
 }

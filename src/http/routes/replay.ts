@@ -5,7 +5,9 @@ import type { TaskMatch } from '../../db/sql/replay.ts';
 import { cancelMatching } from '../../tasks/bulkCancel.ts';
 import { replayMatching, replayTask } from '../../tasks/replay.ts';
 import type { App, AppDeps } from '../app.ts';
+import { listAttempts } from '../../db/sql/attempts.ts';
 import {
+  AttemptListSchema,
   BulkCancelSchema,
   BulkReplayResultSchema,
   BulkReplaySchema,
@@ -15,10 +17,18 @@ import {
   type BulkFilter,
 } from '../replaySchemas.ts';
 import { IdParam, TaskSchema, taskJson } from '../schemas.ts';
-import { commonErrors, conflictError, json, notFoundError } from './common.ts';
+import { notFound } from '../../errors.ts';
+import { commonErrors, conflictError, json, notFoundError, quotaError } from './common.ts';
 import { kickDueQueues } from './tasks.ts';
 
 const routes = {
+  attempts: createRoute({
+    method: 'get',
+    path: '/v1/tasks/{id}/attempts',
+    summary: "A task's attempts, oldest first: outcome, times, error and (http tasks) the response status",
+    request: { params: IdParam },
+    responses: { 200: json(AttemptListSchema, 'The attempts'), ...commonErrors, ...notFoundError('task for this tenant') },
+  }),
   replay: createRoute({
     method: 'post',
     path: '/v1/tasks/{id}/replay',
@@ -33,6 +43,7 @@ const routes = {
       ...commonErrors,
       ...notFoundError('task for this tenant'),
       ...conflictError('The task has not finished'),
+      ...quotaError('maxPendingTasks'),
     },
   }),
   bulkCancel: createRoute({
@@ -47,7 +58,11 @@ const routes = {
     path: '/v1/tasks/bulk-replay',
     summary: 'Replay the matching finished tasks that have no replay yet, up to limit',
     request: { body: { content: { 'application/json': { schema: BulkReplaySchema } }, required: true } },
-    responses: { 200: json(BulkReplayResultSchema, 'The tasks replayed and their replays'), ...commonErrors },
+    responses: {
+      200: json(BulkReplayResultSchema, 'The tasks replayed and their replays'),
+      ...commonErrors,
+      ...quotaError('maxPendingTasks; the batch of up to 1,000 that would pass it is refused whole, earlier batches stay replayed'),
+    },
   }),
 };
 
@@ -63,6 +78,23 @@ function matchOf(b: BulkFilter): TaskMatch {
 }
 
 export function registerReplayRoutes(app: App, deps: AppDeps): void {
+  app.openapi(routes.attempts, async (c) => {
+    const found = await listAttempts(c.env.db, c.var.tenant, c.req.valid('param').id);
+    if (!found) throw notFound('task');
+    const http = found.task === 'http';
+    const attempts = found.attempts.map((a) => ({
+      attempt: a.attempt,
+      epoch: a.epoch,
+      startedAt: a.startedAt?.toISOString() ?? null,
+      finishedAt: a.finishedAt.toISOString(),
+      durationMs: a.startedAt ? Math.max(0, a.finishedAt.getTime() - a.startedAt.getTime()) : null,
+      outcome: a.outcome,
+      error: a.error,
+      ...(http ? { status: a.httpStatus } : {}),
+    }));
+    return c.json({ attempts }, 200);
+  });
+
   app.openapi(routes.bulkCancel, async (c) => {
     const b = c.req.valid('json');
     const ids = await cancelMatching(c.env.db, c.var.tenant, matchOf(b), b.limit ?? DEFAULT_BULK_LIMIT, c.env.now);

@@ -42,6 +42,7 @@ export function scheduleJson(s: Schedule) {
     delivery: s.options.delivery,
     concurrency: s.options.concurrency ?? null,
     priority: s.options.priority ?? 0,
+    callback: s.options.callback ?? null,
     misfire: s.misfire,
     misfireGrace: s.misfireGraceSeconds,
     catchUpLimit: s.catchUpLimit,

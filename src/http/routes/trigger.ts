@@ -3,7 +3,7 @@ import { createRoute, z } from '@hono/zod-openapi';
 import { triggerSchedule } from '../../schedules/trigger.ts';
 import type { App, AppDeps } from '../app.ts';
 import { ScheduleName, TaskSchema, taskJson } from '../schemas.ts';
-import { commonErrors, conflictError, json, notFoundError } from './common.ts';
+import { commonErrors, conflictError, json, notFoundError, quotaError } from './common.ts';
 import { kickDueQueues } from './tasks.ts';
 
 const triggerRoute = createRoute({
@@ -16,6 +16,7 @@ const triggerRoute = createRoute({
     ...commonErrors,
     ...notFoundError('schedule'),
     ...conflictError('Too many concurrent triggers of this schedule; try again'),
+    ...quotaError('maxPendingTasks'),
   },
 });
 
