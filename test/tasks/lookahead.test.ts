@@ -186,6 +186,10 @@ describe('a message delivered before its run_at (the Queue rounds the delay down
     expect(out).toMatchObject({ verdicts: ['ack'], results: [{ id, outcome: 'succeeded', status: 'succeeded' }], skipped: 0 });
     expect(runs).toEqual([{ id, payload: { v: 1 }, epoch: 1, attempt: 1 }]);
     expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'succeeded', startedAt: at(30), attempts: 1 });
+    // The wait is no attempt: the history holds the one run, not a skipped message before it.
+    expect(await t.db.query(`select attempt, outcome from task_attempts where task_id = $1::bigint order by finished_at`, [id])).toEqual([
+      { attempt: 1, outcome: 'succeeded' },
+    ]);
   });
 
   it('a reschedule by key in that window answers 200 (not deduplicated); the task runs once, at the new time, with the new payload', async () => {

@@ -646,6 +646,15 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/attempts.test.ts'],
   },
   {
+    id: 'start-skipped-not-early',
+    file: TASKS,
+    statement: 'tasks_start_if_claimed (skipped)',
+    guard: 'a message that arrived before its run_at (it waits and starts later) is no skipped attempt',
+    find: `and not (cur.lease_epoch = m.epoch and cur.status = 'running' and cur.started_at is null)`,
+    replace: `and true`,
+    tests: ['test/tasks/lookahead.test.ts'],
+  },
+  {
     id: 'attempts-list-tenant',
     file: 'src/db/sql/attempts.ts',
     statement: 'task_attempts_list',
