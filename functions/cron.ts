@@ -8,7 +8,7 @@ export async function handleScheduled(controller: ScheduledController, env: Env,
   const db = openDb(env, 'sweep');
   const workerId = invocationId('cron');
   try {
-    const counts = await sweepOnce({ db, config, sender: env.TASKS, log: log.child({ workerId }), workerId });
+    const counts = await sweepOnce({ db, config, sender: env.TASKS, pumps: env.TASKS, log: log.child({ workerId }), workerId });
     log.info('sweep', { cron: controller.cron, workerId, ...counts });
   } finally {
     await db.close();

@@ -50,7 +50,8 @@ export function transportFor(env: Env): Transport {
 /** Who opens the database: each has its own statement budget. */
 export type Caller = 'http' | 'sweep' | 'consumer';
 
-export function openDb(env: Env, caller: Caller = 'http'): Db {
+/** maxConnections: 4 by default; a pump takes 1 (it claims and sends serially). */
+export function openDb(env: Env, caller: Caller = 'http', maxConnections = 4): Db {
   const { config } = sharedFor(env);
   const timeouts = {
     connectTimeoutMs: config.dbConnectTimeoutMs,
@@ -58,13 +59,13 @@ export function openDb(env: Env, caller: Caller = 'http'): Db {
       caller === 'sweep' ? config.sweepStatementTimeoutMs : caller === 'consumer' ? config.consumerStatementTimeoutMs : config.dbStatementTimeoutMs,
   };
   if (transportFor(env) === 'hyperdrive') {
-    return createPgDb({ connectionString: env.HYPERDRIVE!.connectionString, maxConnections: 4, ...timeouts });
+    return createPgDb({ connectionString: env.HYPERDRIVE!.connectionString, maxConnections, ...timeouts });
   }
   if (!env.DATABASE_URL) throw new Error('neither a HYPERDRIVE binding nor DATABASE_URL is set (see the README, Deploy)');
   return createNeonDb({
     connectionString: env.DATABASE_URL,
     wsProxy: env.DATABASE_WS_PROXY || undefined,
-    maxConnections: 4,
+    maxConnections,
     ...timeouts,
   });
 }
