@@ -1,4 +1,6 @@
-// One sweep (DESIGN §5): reap, materialize, promote, claim and dispatch, purge.
+// One sweep (DESIGN §5): reap, materialize, promote, claim and dispatch, purge,
+// after one probe statement that says whether any of them has work (an idle
+// tick costs that statement alone).
 // Every step is a bounded batch in a single statement, each step has a share
 // of the time budget (so one step's backlog cannot stop the others), and the
 // sweep stops starting new batches when its budget is spent, so a cut-off
@@ -21,7 +23,7 @@ import {
   type LostFence,
   type ReapCounts,
 } from '../db/sql/tasks.ts';
-import { acquireDispatcherSlot, releaseDispatcherSlot } from '../db/sql/dispatchers.ts';
+import { acquireDispatcherSlot, probeDueWork, releaseDispatcherSlot } from '../db/sql/dispatchers.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import type { Logger } from '../log.ts';
 import { materializeDueSchedules } from '../schedules/materialize.ts';
@@ -95,6 +97,8 @@ export interface SweepCounts extends DispatchCounts {
   spentKeysPurged: number;
   /** Pump messages sent: dispatchers asked for (fan-out and re-arm). */
   pumps: number;
+  /** The probe found nothing due: no other step ran (one statement). */
+  idle: boolean;
   /** The budget ran out before every step finished its backlog. */
   budgetExhausted: boolean;
 }
@@ -407,7 +411,7 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
         now,
         retentionSeconds: config.retentionSeconds,
         limit: config.purgeBatchSize,
-        markRetentionSeconds: config.dispatchLeaseSeconds + config.lookaheadSeconds + MARK_REAPER_MARGIN_SECONDS,
+        markRetentionSeconds,
       });
       purged += n;
       if (config.spentKeyRetentionSeconds > 0) {
@@ -421,9 +425,21 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     },
   };
 
+  // One statement decides whether any step has work: an idle tick costs only it.
+  const markRetentionSeconds = config.dispatchLeaseSeconds + config.lookaheadSeconds + MARK_REAPER_MARGIN_SECONDS;
+  const due = await probeDueWork(db, {
+    now,
+    lookaheadSeconds: config.lookaheadSeconds,
+    retentionSeconds: config.retentionSeconds,
+    markRetentionSeconds,
+    spentKeyRetentionSeconds: config.spentKeyRetentionSeconds,
+  });
+  const idle = !(due.reap || due.materialize || due.promote || due.dispatch || due.purge);
+  // Anything due runs every step, as before: one step's work feeds the next
+  // (a reap requeues, a materialization schedules, a promote queues).
   const cutOff: Step[] = [];
   let share = 0;
-  for (const step of Object.keys(SWEEP_STEP_SHARES) as Step[]) {
+  for (const step of idle ? [] : (Object.keys(SWEEP_STEP_SHARES) as Step[])) {
     share += SWEEP_STEP_SHARES[step];
     const until = Math.min(deadline, begin + Math.round(share * config.sweepTimeBudgetMs));
     if (await steps[step](until)) cutOff.push(step);
@@ -440,6 +456,7 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     promoted,
     ...dispatchCounts,
     pumps,
+    idle,
     purged,
     spentKeysPurged,
     budgetExhausted,

@@ -69,3 +69,53 @@ const dispatcherSlotsCountHeld = sql(
 export async function countHeldDispatcherSlots(q: Queryable, p: { now?: Now } = {}): Promise<number> {
   return (await q.query<{ n: number }>(dispatcherSlotsCountHeld, [at(p.now)]))[0]?.n ?? 0;
 }
+
+/**
+ * The sweep's first statement (issue 13): is any step due? Each arm is a
+ * superset of its step's own condition, read from that step's index, so
+ * "nothing" here means every step would have found nothing. An idle
+ * deployment then costs this one statement per cron tick.
+ */
+const sweepProbeDueWork = sql(
+  'sweep_probe_due_work',
+  `with clock as (select coalesce($1::timestamptz, now()) as now)
+   select
+     exists (select 1 from tasks t where t.status = 'running' and t.lease_expires_at < clock.now) as reap,
+     exists (select 1 from schedules s
+             where s.enabled and s.next_run_at is not null
+               and s.next_run_at <= clock.now + make_interval(secs => $2::int)) as materialize,
+     exists (select 1 from tasks t
+             where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)) as promote,
+     exists (select 1 from tasks t where t.status = 'queued' and not t.parked)
+       or exists (select 1 from tasks t where t.status = 'queued' and t.parked) as dispatch,
+     exists (select 1 from tasks t
+             where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
+               and t.finished_at < clock.now - make_interval(secs => $3::int))
+       or exists (select 1 from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int))
+       or ($5::int > 0 and exists (select 1 from spent_idempotency_keys k
+                                   where k.spent_at < clock.now - make_interval(secs => $5::int))) as purge
+   from clock`,
+);
+
+export interface DueWork {
+  reap: boolean;
+  materialize: boolean;
+  promote: boolean;
+  dispatch: boolean;
+  purge: boolean;
+}
+
+export async function probeDueWork(
+  q: Queryable,
+  p: { now?: Now; lookaheadSeconds: number; retentionSeconds: number; markRetentionSeconds: number; spentKeyRetentionSeconds: number },
+): Promise<DueWork> {
+  const rows = await q.query<DueWork>(sweepProbeDueWork, [
+    at(p.now),
+    p.lookaheadSeconds,
+    p.retentionSeconds,
+    p.markRetentionSeconds,
+    p.spentKeyRetentionSeconds,
+  ]);
+  const r = rows[0]!;
+  return { reap: r.reap, materialize: r.materialize, promote: r.promote, dispatch: r.dispatch, purge: r.purge };
+}
