@@ -11,7 +11,7 @@ import { consumeBatch } from '../src/consume/consume.ts';
 import { settleDeadLetters } from '../src/consume/dead-letters.ts';
 import { runPump } from '../src/sweep/pump.ts';
 import { isPumpMessage, type PumpMessage, type TaskMessage } from '../src/sweep/sweep.ts';
-import { invocationId, openDb, sharedFor } from './deps.ts';
+import { invocationId, openDb, sharedFor, tasksQueue } from './deps.ts';
 import type { Env } from './env.ts';
 
 /** A batch the database could not take is redelivered after this delay. */
@@ -42,7 +42,7 @@ export async function handleQueue(batch: MessageBatch<TaskMessage | PumpMessage>
           const workerId = invocationId('pump');
           const pumpLog = log.child({ workerId });
           try {
-            const counts = await runPump({ db, config, sender: env.TASKS, pumps: env.TASKS, log: pumpLog, workerId });
+            const counts = await runPump({ db, config, sender: tasksQueue(env), pumps: tasksQueue(env), log: pumpLog, workerId });
             pumpLog.info('pump', { ...counts });
           } catch (error) {
             // Claims it could not send are given back; the next sweep fans out again.

@@ -74,6 +74,11 @@ const ConfigSchema = z.object({
    * 0: today's design, the sweep alone dispatches, serially, within its budget.
    */
   MAX_DISPATCHERS: int(0, 64).default(4),
+  /**
+   * Task Queues the dispatchers spread messages over (by a stable hash of the
+   * task id): producer bindings TASKS, TASKS_1 .. TASKS_{N-1}, one consumer each.
+   */
+  QUEUE_SHARDS: int(1, 16).default(1),
   /** Wall-clock budget of one pump invocation's dispatch; it re-arms while the backlog lasts. */
   PUMP_TIME_BUDGET_MS: int(100, 900_000).default(20_000),
   /** An isolate kicks dispatch of one queue at most once per this many ms after enqueues. */
@@ -123,6 +128,7 @@ export interface Config {
   keyCacheMs: number;
   kickIntervalMs: number;
   maxDispatchers: number;
+  queueShards: number;
   pumpTimeBudgetMs: number;
   quotaMaxPendingTasks: number;
   quotaMaxSchedules: number;
@@ -172,6 +178,7 @@ export function readConfig(vars: Record<string, unknown>): Config {
     keyCacheMs: Math.round(v.KEY_CACHE_SECONDS * 1000),
     kickIntervalMs: v.KICK_INTERVAL_MS,
     maxDispatchers: v.MAX_DISPATCHERS,
+    queueShards: v.QUEUE_SHARDS,
     pumpTimeBudgetMs: v.PUMP_TIME_BUDGET_MS,
     quotaMaxPendingTasks: v.QUOTA_MAX_PENDING_TASKS,
     quotaMaxSchedules: v.QUOTA_MAX_SCHEDULES,
