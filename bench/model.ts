@@ -228,6 +228,7 @@ async function runOne(
   let dueAt = 0;
   let total = 0;
   let enqueueLoop: Promise<void> = Promise.resolve();
+  const closeAtEnd: { close(): Promise<void> }[] = [];
   const admin = await openProjectDb(url, ctx.proxy, 1);
   const dbNow = async () => (await admin.query<{ now: Date }>('select now() as now'))[0]!.now.getTime();
   let cronTicks = 0;
@@ -286,15 +287,14 @@ async function runOne(
         const tenant = `tenant-${i++ % 10}`;
         track(
           enqueueTasks({ db: apiDb, config, registry }, tenant, Array.from({ length: perTick }, () => ({ task: 'noop' }))).then(() =>
-            kicker.kick({ db: apiDb, config, sender: tasksQueue(env), log: silent, waitUntil: track }, ['default']),
+            kicker.kick({ db: apiDb, config, sender: tasksQueue(env), pumps: tasksQueue(env), log: silent, waitUntil: track }, ['default']),
           ),
         );
         total += perTick;
         await sleep(Math.max(0, 50 - (performance.now() - tickStart)));
       }
-      await sleep(2000);
-      await apiDb.close().catch(() => {});
     })();
+    closeAtEnd.push(apiDb);
   }
 
   // Until every task has started, or 10 minutes.
@@ -310,6 +310,7 @@ async function runOne(
   stopped = true;
   await Promise.all([...loops, sampler, cron]);
   await Promise.all([...pendingWork]);
+  for (const d of closeAtEnd) await d.close().catch(() => {});
   const xactAfter = await xact();
 
   const stats = (

@@ -20,7 +20,7 @@ function appFor(env: Env): App {
 export async function handleFetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
   const db = openDb(env);
   const pending: Promise<unknown>[] = [];
-  const invocation: Invocation = { db, sender: tasksQueue(env), waitUntil: (p) => pending.push(p) };
+  const invocation: Invocation = { db, sender: tasksQueue(env), pumps: tasksQueue(env), waitUntil: (p) => pending.push(p) };
   try {
     return await appFor(env).fetch(request, invocation, ctx);
   } finally {
