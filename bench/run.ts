@@ -34,6 +34,7 @@ import { fmt1, fmt2, fmtInt, range, ratio, renderTable, verdict, x, type Row } f
 import { ignoreTerminatedConnections, root, startProxyProcess, startServer } from './server.ts';
 import { readSettings, type Settings, type SystemName } from './settings.ts';
 import { progress, repeat, summarize, type Summary } from './stats.ts';
+import { runModel, type ModelResult } from './model.ts';
 import { runTransport, type RouteTrips, type TransportResult } from './transport.ts';
 import { httpEnqueue, startWorkerDev, type HttpRate } from './worker-http.ts';
 
@@ -323,6 +324,11 @@ try {
       F.transport = await runTransport(ctx);
     });
   }
+  if (phase('model') && has('project')) {
+    await attempt('model', async () => {
+      F.model = await runModel(ctx);
+    });
+  }
 } finally {
   await proxy.stop();
   await server.stop();
@@ -578,6 +584,26 @@ if (phase('transport') && tr && !tr.skipped) {
   });
 } else if (phase('transport') && tr?.skipped) {
   rows.push({ workload: '9. transports', project: tr.skipped, pgboss: '', graphile: '', target: '', verdict: '' });
+}
+
+const model = get<ModelResult>('model');
+if (phase('model') && model) {
+  for (const r of model.runs) {
+    const starts = r.workload === 'fanout' ? `, first/last start +${fmtInt(r.firstStartMs ?? 0)}/+${fmtInt(r.lastStartMs ?? 0)} ms` : '';
+    const fanoutTarget = r.workload === 'fanout' ? 'all started <= 25 s after due, >= 4,500/s' : 'p99 <= 1 s';
+    const met =
+      r.workload === 'fanout'
+        ? r.started === r.tasks && (r.lastStartMs ?? Infinity) <= 25_000 && r.sentPerSecond >= 4500
+        : r.started === r.tasks && r.dueToStartP99Ms <= 1000;
+    rows.push({
+      workload: `10. model ${r.workload} (${fmtInt(r.tasks)}), ${r.design}, ${r.shards} shard(s), ${model.roundTripMs} ms RTT`,
+      project: `sent ${fmtInt(r.sentPerSecond)}/s, finished ${fmtInt(r.finishedPerSecond)}/s${starts}; due-to-start p50 ${fmtInt(r.dueToStartP50Ms)} ms, p99 ${fmtInt(r.dueToStartP99Ms)} ms; ${fmtInt(r.transactionsPerSecond)} xact/s, ${r.connections} connections (peak ${r.peakBackends}), ${r.pumpsSent} pumps`,
+      pgboss: '',
+      graphile: '',
+      target: fanoutTarget,
+      verdict: verdict(r.design === 'parallel' ? met : undefined),
+    });
+  }
 }
 
 results.durationSeconds = Math.round((Date.now() - began) / 1000);

@@ -39,6 +39,7 @@ export const ALL_PHASES = [
   'memory',
   'metrics',
   'transport',
+  'model',
 ] as const;
 export type PhaseName = (typeof ALL_PHASES)[number];
 

@@ -1,6 +1,6 @@
 // scheduled: one sweep per cron tick.
 import { sweepOnce } from '../src/sweep/sweep.ts';
-import { invocationId, openDb, sharedFor } from './deps.ts';
+import { invocationId, openDb, sharedFor, tasksQueue } from './deps.ts';
 import type { Env } from './env.ts';
 
 export async function handleScheduled(controller: ScheduledController, env: Env, _ctx: ExecutionContext): Promise<void> {
@@ -8,7 +8,7 @@ export async function handleScheduled(controller: ScheduledController, env: Env,
   const db = openDb(env, 'sweep');
   const workerId = invocationId('cron');
   try {
-    const counts = await sweepOnce({ db, config, sender: env.TASKS, log: log.child({ workerId }), workerId });
+    const counts = await sweepOnce({ db, config, sender: tasksQueue(env), pumps: tasksQueue(env), log: log.child({ workerId }), workerId });
     log.info('sweep', { cron: controller.cron, workerId, ...counts });
   } finally {
     await db.close();

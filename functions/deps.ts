@@ -11,6 +11,8 @@ import { createPgDb } from '../src/db/pg.ts';
 import type { Db } from '../src/db/seam.ts';
 import { createRegistry, type Registry } from '../src/handlers/registry.ts';
 import { createLogger, type Logger } from '../src/log.ts';
+import { createShardedSender } from '../src/sweep/shards.ts';
+import type { PumpSender, TaskSender } from '../src/sweep/sweep.ts';
 import { createSigningSecretStore, type SigningSecretStore } from '../src/tenants/signing-secrets.ts';
 import type { Env } from './env.ts';
 import { taskTypes } from './tasks.ts';
@@ -50,7 +52,8 @@ export function transportFor(env: Env): Transport {
 /** Who opens the database: each has its own statement budget. */
 export type Caller = 'http' | 'sweep' | 'consumer';
 
-export function openDb(env: Env, caller: Caller = 'http'): Db {
+/** maxConnections: 4 by default; a pump takes 1 (it claims and sends serially). */
+export function openDb(env: Env, caller: Caller = 'http', maxConnections = 4): Db {
   const { config } = sharedFor(env);
   const timeouts = {
     connectTimeoutMs: config.dbConnectTimeoutMs,
@@ -58,15 +61,39 @@ export function openDb(env: Env, caller: Caller = 'http'): Db {
       caller === 'sweep' ? config.sweepStatementTimeoutMs : caller === 'consumer' ? config.consumerStatementTimeoutMs : config.dbStatementTimeoutMs,
   };
   if (transportFor(env) === 'hyperdrive') {
-    return createPgDb({ connectionString: env.HYPERDRIVE!.connectionString, maxConnections: 4, ...timeouts });
+    return createPgDb({ connectionString: env.HYPERDRIVE!.connectionString, maxConnections, ...timeouts });
   }
   if (!env.DATABASE_URL) throw new Error('neither a HYPERDRIVE binding nor DATABASE_URL is set (see the README, Deploy)');
   return createNeonDb({
     connectionString: env.DATABASE_URL,
     wsProxy: env.DATABASE_WS_PROXY || undefined,
-    maxConnections: 4,
+    maxConnections,
     ...timeouts,
   });
+}
+
+const queues = new WeakMap<object, TaskSender & PumpSender>();
+
+/**
+ * The task Queue the sweep, the kick and the pumps send to: TASKS, or with
+ * QUEUE_SHARDS = N the shards TASKS, TASKS_1 .. TASKS_{N-1} (wrangler.toml).
+ */
+export function tasksQueue(env: Env): TaskSender & PumpSender {
+  let q = queues.get(env);
+  if (!q) {
+    const n = sharedFor(env).config.queueShards;
+    const shards: TaskSender[] = [env.TASKS];
+    for (let i = 1; i < n; i++) {
+      const binding = env[`TASKS_${i}`] as Partial<TaskSender> | undefined;
+      if (typeof binding?.sendBatch !== 'function') {
+        throw new Error(`QUEUE_SHARDS is ${n}, but the producer binding TASKS_${i} is missing (wrangler.toml)`);
+      }
+      shards.push(binding as TaskSender);
+    }
+    q = n === 1 ? env.TASKS : createShardedSender(shards);
+    queues.set(env, q);
+  }
+  return q;
 }
 
 /** A fresh id per invocation, written to claimed_by. */

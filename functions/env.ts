@@ -1,5 +1,5 @@
 // The Worker's bindings, as wrangler.toml and `wrangler secret put` define them.
-import type { TaskMessage } from '../src/sweep/sweep.ts';
+import type { PumpMessage, TaskMessage } from '../src/sweep/sweep.ts';
 
 export interface Env {
   /** Hyperdrive in front of the database (recommended); when bound, `pg` goes through it. */
@@ -17,8 +17,8 @@ export interface Env {
    * 32 characters, e.g. `whsec_` + 32 random bytes); it signs nothing itself.
    */
   SIGNING_SECRET?: string;
-  /** The Queue that carries due tasks to the consumer. */
-  TASKS: Queue<TaskMessage>;
+  /** The Queue that carries due tasks to the consumer, and pump messages to dispatchers. */
+  TASKS: Queue<TaskMessage | PumpMessage>;
   /** Tunables ([vars]); see src/config.ts. */
   [variable: string]: unknown;
 }

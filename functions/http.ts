@@ -2,7 +2,7 @@
 // response and every waitUntil'd follow-up (the dispatch kick) are done.
 import { createApp, type App } from '../src/http/app.ts';
 import type { Invocation } from '../src/http/context.ts';
-import { openDb, sharedFor } from './deps.ts';
+import { openDb, sharedFor, tasksQueue } from './deps.ts';
 import type { Env } from './env.ts';
 
 const apps = new WeakMap<object, App>();
@@ -20,7 +20,7 @@ function appFor(env: Env): App {
 export async function handleFetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
   const db = openDb(env);
   const pending: Promise<unknown>[] = [];
-  const invocation: Invocation = { db, sender: env.TASKS, waitUntil: (p) => pending.push(p) };
+  const invocation: Invocation = { db, sender: tasksQueue(env), pumps: tasksQueue(env), waitUntil: (p) => pending.push(p) };
   try {
     return await appFor(env).fetch(request, invocation, ctx);
   } finally {

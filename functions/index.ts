@@ -1,5 +1,5 @@
 // The one Worker: HTTP API, cron sweep and Queue consumer.
-import type { TaskMessage } from '../src/sweep/sweep.ts';
+import type { PumpMessage, TaskMessage } from '../src/sweep/sweep.ts';
 import { handleScheduled } from './cron.ts';
 import type { Env } from './env.ts';
 import { handleFetch } from './http.ts';
@@ -11,4 +11,4 @@ export default {
   fetch: handleFetch,
   scheduled: handleScheduled,
   queue: handleQueue,
-} satisfies ExportedHandler<Env, TaskMessage>;
+} satisfies ExportedHandler<Env, TaskMessage | PumpMessage>;

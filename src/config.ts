@@ -68,6 +68,19 @@ const ConfigSchema = z.object({
    * every request against the database.
    */
   KEY_CACHE_SECONDS: z.coerce.number().min(0).max(5).default(5),
+  /**
+   * Most dispatchers (the sweep's dispatch step and the pumps it fans out to)
+   * claiming and sending at once, enforced in Postgres (dispatcher_slots).
+   * 0: today's design, the sweep alone dispatches, serially, within its budget.
+   */
+  MAX_DISPATCHERS: int(0, 64).default(4),
+  /**
+   * Task Queues the dispatchers spread messages over (by a stable hash of the
+   * task id): producer bindings TASKS, TASKS_1 .. TASKS_{N-1}, one consumer each.
+   */
+  QUEUE_SHARDS: int(1, 16).default(1),
+  /** Wall-clock budget of one pump invocation's dispatch; it re-arms while the backlog lasts. */
+  PUMP_TIME_BUDGET_MS: int(100, 900_000).default(20_000),
   /** An isolate kicks dispatch of one queue at most once per this many ms after enqueues. */
   KICK_INTERVAL_MS: int(0, 10_000).default(250),
   /** Default quota: most pending (scheduled + queued + running) tasks one tenant may hold. */
@@ -114,6 +127,9 @@ export interface Config {
   consumerStatementTimeoutMs: number;
   keyCacheMs: number;
   kickIntervalMs: number;
+  maxDispatchers: number;
+  queueShards: number;
+  pumpTimeBudgetMs: number;
   quotaMaxPendingTasks: number;
   quotaMaxSchedules: number;
   quotaMinScheduleIntervalSeconds: number;
@@ -161,6 +177,9 @@ export function readConfig(vars: Record<string, unknown>): Config {
     consumerStatementTimeoutMs: v.CONSUMER_STATEMENT_TIMEOUT_MS,
     keyCacheMs: Math.round(v.KEY_CACHE_SECONDS * 1000),
     kickIntervalMs: v.KICK_INTERVAL_MS,
+    maxDispatchers: v.MAX_DISPATCHERS,
+    queueShards: v.QUEUE_SHARDS,
+    pumpTimeBudgetMs: v.PUMP_TIME_BUDGET_MS,
     quotaMaxPendingTasks: v.QUOTA_MAX_PENDING_TASKS,
     quotaMaxSchedules: v.QUOTA_MAX_SCHEDULES,
     quotaMinScheduleIntervalSeconds: v.QUOTA_MIN_SCHEDULE_INTERVAL_SECONDS,

@@ -9,6 +9,9 @@ export type FaultPoint =
   | 'sweep.after_reap'
   | 'sweep.after_materialize'
   | 'sweep.after_promote'
+  | 'dispatcher.after_acquire' // holds a dispatcher slot, nothing claimed
+  | 'dispatcher.before_release' // claimed, sent and marked; slot still held
+  | 'dispatcher.after_release' // slot given back; the re-arm not sent
   | 'consume.after_start' // started, handlers not run
   | 'consume.after_handlers' // side effects done, results not written
   | 'consume.after_finish'; // results written, messages not acknowledged

@@ -4,12 +4,14 @@
 // Variables.
 import type { Db } from '../db/seam.ts';
 import type { Logger } from '../log.ts';
-import type { TaskSender } from '../sweep/sweep.ts';
+import type { PumpSender, TaskSender } from '../sweep/sweep.ts';
 import type { TraceContext } from '../tracing/trace-context.ts';
 
 export interface Invocation {
   db: Db;
   sender: TaskSender;
+  /** Where a kick meeting a backlog asks for pumps (issue 13); unset: it does not. */
+  pumps?: PumpSender;
   /** Keeps work alive after the response (Workers' ctx.waitUntil). */
   waitUntil(promise: Promise<unknown>): void;
   /** Clock override for tests; production leaves it unset. */

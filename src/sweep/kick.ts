@@ -16,12 +16,14 @@ import { claimTasks } from '../db/sql/tasks.ts';
 import type { Db } from '../db/seam.ts';
 import type { Logger } from '../log.ts';
 import type { EnqueueResult } from '../tasks/enqueue.ts';
-import { sendClaimed, type TaskSender } from './sweep.ts';
+import { sendClaimed, sendPumps, type PumpSender, type TaskSender } from './sweep.ts';
 
 export interface KickDeps {
   db: Db;
   config: Config;
   sender: TaskSender;
+  /** Parallel dispatch (issue 13): a kick that meets a backlog asks for MAX_DISPATCHERS pumps. */
+  pumps?: PumpSender;
   log: Logger;
   /** Keeps the kick alive after the response (Workers' ctx.waitUntil). */
   waitUntil(promise: Promise<unknown>): void;
@@ -86,6 +88,7 @@ export function createKicker(options: {
 
   async function run(queue: string, state: QueueState): Promise<void> {
     const counts: KickCounts = { rounds: 0, claimed: 0, busy: 0 };
+    let fannedOut = false;
     try {
       for (;;) {
         const wait = state.lastStart + options.intervalMs - clock();
@@ -97,6 +100,11 @@ export function createKicker(options: {
         counts.rounds += 1;
         counts.claimed += r.claimed;
         if (r.busy) counts.busy += 1;
+        // A full batch: more is waiting than one kick a round can keep up with; the pumps take it (once per run).
+        if (!fannedOut && r.picked >= deps.config.sweepBatchSize && deps.pumps && deps.config.maxDispatchers > 0) {
+          fannedOut = true;
+          await sendPumps({ ...deps, workerId: 'kick' }, deps.config.maxDispatchers);
+        }
         const more = state.again || r.busy || r.picked >= deps.config.sweepBatchSize;
         if (!more || counts.rounds >= MAX_KICK_ROUNDS) break;
       }

@@ -1,4 +1,6 @@
-// One sweep (DESIGN §5): reap, materialize, promote, claim and dispatch, purge.
+// One sweep (DESIGN §5): reap, materialize, promote, claim and dispatch, purge,
+// after one probe statement that says whether any of them has work (an idle
+// tick costs that statement alone).
 // Every step is a bounded batch in a single statement, each step has a share
 // of the time budget (so one step's backlog cannot stop the others), and the
 // sweep stops starting new batches when its budget is spent, so a cut-off
@@ -21,6 +23,7 @@ import {
   type LostFence,
   type ReapCounts,
 } from '../db/sql/tasks.ts';
+import { acquireDispatcherSlot, probeDueWork, releaseDispatcherSlot } from '../db/sql/dispatchers.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import type { Logger } from '../log.ts';
 import { materializeDueSchedules } from '../schedules/materialize.ts';
@@ -38,10 +41,34 @@ export interface TaskSender {
   sendBatch(messages: Iterable<{ body: TaskMessage; delaySeconds?: number }>): Promise<unknown>;
 }
 
+/**
+ * A message the dispatcher sends itself (issue 13): the consumer that
+ * receives one becomes a dispatcher for a while (src/sweep/pump.ts).
+ */
+export interface PumpMessage {
+  kind: 'pump';
+}
+
+/** Where pump messages go: the Queue binding the consumer reads. */
+export interface PumpSender {
+  sendBatch(messages: Iterable<{ body: PumpMessage }>): Promise<unknown>;
+}
+
+export function isPumpMessage(body: unknown): body is PumpMessage {
+  return typeof body === 'object' && body !== null && (body as { kind?: unknown }).kind === 'pump';
+}
+
 export interface SweepDeps {
   db: Db;
   config: Config;
   sender: TaskSender;
+  /**
+   * Continuous, parallel dispatch (issue 13): with a pump sender and
+   * MAX_DISPATCHERS > 0, dispatch holds a dispatcher slot and fans out to
+   * pumps while a backlog lasts. Without one, today's design: the sweep
+   * alone dispatches, serially, within its budget.
+   */
+  pumps?: PumpSender;
   log: Logger;
   /** Written to claimed_by: which invocation holds the lease. */
   workerId: string;
@@ -68,6 +95,10 @@ export interface SweepCounts extends DispatchCounts {
   promoted: number;
   purged: number;
   spentKeysPurged: number;
+  /** Pump messages sent: dispatchers asked for (fan-out and re-arm). */
+  pumps: number;
+  /** The probe found nothing due: no other step ran (one statement). */
+  idle: boolean;
   /** The budget ran out before every step finished its backlog. */
   budgetExhausted: boolean;
 }
@@ -156,7 +187,13 @@ export async function sendClaimed(deps: SweepDeps, queue: string, claimed: Claim
  */
 export async function dispatchRunnable(
   deps: SweepDeps,
-  options: { now?: Date; queues?: readonly string[]; deadline?: number } = {},
+  options: {
+    now?: Date;
+    queues?: readonly string[];
+    deadline?: number;
+    /** Called once, when a pass ends with queues that filled their batch (a backlog). */
+    onBacklog?: () => Promise<void>;
+  } = {},
 ): Promise<DispatchCounts & { budgetExhausted: boolean }> {
   const elapsed = deps.elapsed ?? Date.now;
   const deadline = options.deadline ?? elapsed() + deps.config.sweepTimeBudgetMs;
@@ -180,9 +217,92 @@ export async function dispatchRunnable(
       // batch was full, and the queue may hold more runnable work behind them.
       if (c.claimed + c.parked >= deps.config.sweepBatchSize) next.push(queue);
     }
+    if (next.length > 0 && options.onBacklog) {
+      await options.onBacklog();
+      options = { ...options, onBacklog: undefined };
+    }
     turn = next;
   }
   return total;
+}
+
+/** Asks for `n` more dispatchers. A failed send is logged: the next sweep fans out again. */
+export async function sendPumps(deps: SweepDeps, n: number): Promise<number> {
+  if (!deps.pumps || n <= 0) return 0;
+  try {
+    await deps.pumps.sendBatch(Array.from({ length: n }, () => ({ body: { kind: 'pump' as const } })));
+    return n;
+  } catch (error) {
+    deps.log.warn('pump messages not sent; the next sweep fans out again', { pumps: n, error });
+    return 0;
+  }
+}
+
+/** A dispatcher slot's lease outlasts its deadline by one statement timeout and this. */
+const DISPATCHER_LEASE_MARGIN_SECONDS = 5;
+
+export interface DispatcherCounts extends DispatchCounts {
+  /** The slot held; null when every slot was held (other dispatchers are at work; nothing done). */
+  slot: number | null;
+  /** The deadline cut it off with work left. */
+  budgetExhausted: boolean;
+  /** Pump messages sent (the fan-out, and the re-arm). */
+  pumps: number;
+  /** It re-armed: a pump carries on where its deadline cut it off. */
+  rearmed: boolean;
+}
+
+/**
+ * One dispatcher (issue 13). Holds one of MAX_DISPATCHERS slots in Postgres
+ * while it claims and sends (dispatchRunnable, so the queues' turns and each
+ * queue's fair order are the same as one sweep's: every claim takes the
+ * lowest vtimes not locked by another); finding every slot held, it does
+ * nothing, as others are at work. When a pass leaves full batches it asks
+ * for `fanOut` more dispatchers at once; when its deadline cuts it off with
+ * work left, it gives its slot back and re-arms (one pump message). A
+ * dispatcher that dies holds its slot until the slot's lease runs out; what
+ * it claimed is the reaper's, as for any sweep.
+ */
+export async function dispatchAsDispatcher(
+  deps: SweepDeps,
+  options: { now?: Date; deadline: number; fanOut: number },
+): Promise<DispatcherCounts> {
+  const { db, config } = deps;
+  const faults = deps.faults ?? noFaults;
+  const elapsed = deps.elapsed ?? Date.now;
+  const counts: DispatcherCounts = { claimed: 0, dispatched: 0, released: 0, lost: 0, slot: null, budgetExhausted: false, pumps: 0, rearmed: false };
+  const leaseSeconds =
+    Math.ceil(Math.max(0, options.deadline - elapsed()) / 1000) +
+    Math.ceil(config.sweepStatementTimeoutMs / 1000) +
+    DISPATCHER_LEASE_MARGIN_SECONDS;
+  const lease = await acquireDispatcherSlot(db, { now: options.now, max: config.maxDispatchers, holder: deps.workerId, leaseSeconds });
+  if (!lease) return counts;
+  counts.slot = lease.slot;
+  await faults('dispatcher.after_acquire', { slot: lease.slot });
+  let result: DispatchCounts & { budgetExhausted: boolean };
+  try {
+    result = await dispatchRunnable(deps, {
+      now: options.now,
+      deadline: options.deadline,
+      onBacklog: async () => {
+        counts.pumps += await sendPumps(deps, options.fanOut);
+      },
+    });
+  } catch (error) {
+    // A failed send (its claims already given back) or a lost connection: the slot goes back too.
+    await releaseDispatcherSlot(db, lease).catch(() => {});
+    throw error;
+  }
+  Object.assign(counts, result);
+  await faults('dispatcher.before_release', { slot: lease.slot });
+  await releaseDispatcherSlot(db, lease);
+  await faults('dispatcher.after_release', { slot: lease.slot });
+  if (counts.budgetExhausted) {
+    const sent = await sendPumps(deps, 1);
+    counts.pumps += sent;
+    counts.rearmed = sent > 0;
+  }
+  return counts;
 }
 
 /** Repeats a bounded step while it fills its batch and time remains. */
@@ -218,6 +338,7 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
   const materialized = { schedules: 0, fired: 0, missed: 0 };
   const dispatchCounts: DispatchCounts = { claimed: 0, dispatched: 0, released: 0, lost: 0 };
   let promoted = 0;
+  let pumps = 0;
   let purged = 0;
   let spentKeysPurged = 0;
 
@@ -265,6 +386,17 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     async dispatch(until) {
       // Parked tasks whose key has room again (a raised limit, a missed wake).
       await wakeParkedTasks(db, { keys: config.sweepBatchSize });
+      if (deps.pumps && config.maxDispatchers > 0) {
+        // One dispatcher of MAX_DISPATCHERS; a backlog fans out to the others.
+        const d = await dispatchAsDispatcher(deps, { now, deadline: until, fanOut: config.maxDispatchers - 1 });
+        dispatchCounts.claimed += d.claimed;
+        dispatchCounts.dispatched += d.dispatched;
+        dispatchCounts.released += d.released;
+        dispatchCounts.lost += d.lost;
+        pumps += d.pumps;
+        // Cut off with work left and not re-armed: the time other steps leave over carries on.
+        return d.budgetExhausted && !d.rearmed;
+      }
       const { budgetExhausted, ...c } = await dispatchRunnable(deps, { now, deadline: until });
       dispatchCounts.claimed += c.claimed;
       dispatchCounts.dispatched += c.dispatched;
@@ -279,7 +411,7 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
         now,
         retentionSeconds: config.retentionSeconds,
         limit: config.purgeBatchSize,
-        markRetentionSeconds: config.dispatchLeaseSeconds + config.lookaheadSeconds + MARK_REAPER_MARGIN_SECONDS,
+        markRetentionSeconds,
       });
       purged += n;
       if (config.spentKeyRetentionSeconds > 0) {
@@ -293,9 +425,21 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     },
   };
 
+  // One statement decides whether any step has work: an idle tick costs only it.
+  const markRetentionSeconds = config.dispatchLeaseSeconds + config.lookaheadSeconds + MARK_REAPER_MARGIN_SECONDS;
+  const due = await probeDueWork(db, {
+    now,
+    lookaheadSeconds: config.lookaheadSeconds,
+    retentionSeconds: config.retentionSeconds,
+    markRetentionSeconds,
+    spentKeyRetentionSeconds: config.spentKeyRetentionSeconds,
+  });
+  const idle = !(due.reap || due.materialize || due.promote || due.dispatch || due.purge);
+  // Anything due runs every step, as before: one step's work feeds the next
+  // (a reap requeues, a materialization schedules, a promote queues).
   const cutOff: Step[] = [];
   let share = 0;
-  for (const step of Object.keys(SWEEP_STEP_SHARES) as Step[]) {
+  for (const step of idle ? [] : (Object.keys(SWEEP_STEP_SHARES) as Step[])) {
     share += SWEEP_STEP_SHARES[step];
     const until = Math.min(deadline, begin + Math.round(share * config.sweepTimeBudgetMs));
     if (await steps[step](until)) cutOff.push(step);
@@ -311,6 +455,8 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     materialized,
     promoted,
     ...dispatchCounts,
+    pumps,
+    idle,
     purged,
     spentKeysPurged,
     budgetExhausted,

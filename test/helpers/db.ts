@@ -88,6 +88,7 @@ export async function resetTables(db: Db): Promise<void> {
   await db.query(
     'truncate tasks, task_attempts, tenants, tenant_quotas, queues, spent_idempotency_keys, task_events, schedules, api_keys, signing_secrets, concurrency_slots restart identity cascade',
   );
+  await db.query(`update dispatcher_slots set token = null, holder = null, acquired_at = null, expires_at = '-infinity'`);
 }
 
 /** The instant most tests start from, and seconds after it. */

@@ -10,7 +10,16 @@ import { z } from 'zod';
 import { createRegistry, defineTask, type TaskHandler } from '../../src/handlers/registry.ts';
 import { createLogger, type Logger, type LogLevel } from '../../src/log.ts';
 import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
-import { sweepOnce, type SweepCounts, type TaskMessage, type TaskSender } from '../../src/sweep/sweep.ts';
+import { runPump } from '../../src/sweep/pump.ts';
+import {
+  sweepOnce,
+  type DispatcherCounts,
+  type PumpMessage,
+  type PumpSender,
+  type SweepCounts,
+  type TaskMessage,
+  type TaskSender,
+} from '../../src/sweep/sweep.ts';
 import { enqueueTasks, type EnqueueResult, type TaskInput } from '../../src/tasks/enqueue.ts';
 
 /** The key-encryption key of the tenants' signing secrets in Node tests. */
@@ -35,6 +44,20 @@ export function createOutbox(): TaskSender & { messages: SentMessage[]; take(): 
   };
 }
 
+/** An in-process stand-in for the Queue's pump messages: counts what was sent. */
+export function createPumpbox(): PumpSender & { messages: PumpMessage[]; take(): PumpMessage[] } {
+  const messages: PumpMessage[] = [];
+  return {
+    messages,
+    async sendBatch(batch) {
+      for (const m of batch) messages.push(structuredClone(m.body));
+    },
+    take() {
+      return messages.splice(0, messages.length);
+    },
+  };
+}
+
 export interface LogLine {
   level: string;
   msg: string;
@@ -50,6 +73,8 @@ export interface Harness {
   db: Db;
   config: Config;
   outbox: ReturnType<typeof createOutbox>;
+  /** Pump messages the sweep and the pumps sent (issue 13). */
+  pumpbox: ReturnType<typeof createPumpbox>;
   logs: LogLine[];
   enqueue(inputs: TaskInput | TaskInput[], options?: { now?: Date; tenant?: string }): Promise<EnqueueResult[]>;
   sweep(options?: {
@@ -60,7 +85,11 @@ export interface Harness {
     /** The budget's clock (milliseconds); tests pass a counter to bound a sweep deterministically. */
     elapsed?: () => number;
     random?: () => number;
+    /** Parallel dispatch: the sweep holds a dispatcher slot and fans out to pumps (true: to pumpbox). */
+    pumps?: PumpSender | true;
   }): Promise<SweepCounts>;
+  /** One pump invocation (src/sweep/pump.ts); it re-arms to pumpbox. */
+  pump(options?: { now?: Date; faults?: Faults; workerId?: string; sender?: TaskSender; elapsed?: () => number }): Promise<DispatcherCounts>;
   consume(
     bodies: unknown[],
     options?: {
@@ -91,13 +120,16 @@ export function createHarness(
   const config: Config = { ...defaultConfig, logLevel: 'warn', ...options.config };
   const registry = createRegistry([...taskTypes({ config }), ...(options.handlers ?? [])]);
   const outbox = createOutbox();
+  const pumpbox = createPumpbox();
   const signingSecrets = createSigningSecretStore(TEST_SIGNING_SECRET);
   const { log, lines } = captureLogs(config.logLevel);
   let sweeps = 0;
+  let pumps = 0;
   const h: Harness = {
     db,
     config,
     outbox,
+    pumpbox,
     logs: lines,
     enqueue: (inputs, o = {}) =>
       enqueueTasks({ db, config, registry }, o.tenant ?? 'acme', Array.isArray(inputs) ? inputs : [inputs], { now: o.now }),
@@ -112,6 +144,21 @@ export function createHarness(
           faults: o.faults,
           elapsed: o.elapsed,
           random: o.random,
+          pumps: o.pumps === true ? pumpbox : o.pumps,
+        },
+        { now: o.now },
+      ),
+    pump: (o = {}) =>
+      runPump(
+        {
+          db,
+          config,
+          sender: o.sender ?? outbox,
+          pumps: pumpbox,
+          log,
+          workerId: o.workerId ?? `test-pump-${++pumps}`,
+          faults: o.faults,
+          elapsed: o.elapsed,
         },
         { now: o.now },
       ),

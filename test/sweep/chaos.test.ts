@@ -1,6 +1,9 @@
 // A cheap Jepsen (RELIABILITY S9): eight workers sweep and consume 5,000
 // tasks of 50 tenants at once, over one database, with seeded random
-// cut-offs at every step boundary, lost and duplicated messages. Afterwards
+// cut-offs at every step boundary, lost and duplicated messages; a second
+// run with parallel dispatch (issue 13): sweeps fan out to pump messages
+// that travel in the same lossy Queue, and pumps (at most 4 at once) claim
+// and send beside the sweeps, cut off at their steps too. Afterwards
 // every invariant holds: nothing lost (I1), one accepted completion per
 // success (I2), and no at-most-once task handed to a handler twice. The
 // database trigger checks I3-I5 on every single write meanwhile.
@@ -9,7 +12,7 @@ import { z } from 'zod';
 import type { Db } from '../../src/db/seam.ts';
 import type { FaultPoint, Faults } from '../../src/faults.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
-import type { TaskMessage } from '../../src/sweep/sweep.ts';
+import { isPumpMessage, type PumpMessage, type TaskMessage } from '../../src/sweep/sweep.ts';
 import { T0, useTestDatabase } from '../helpers/db.ts';
 import { Crash, seeded } from '../helpers/faults.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
@@ -26,13 +29,23 @@ beforeAll(async () => {
 });
 
 describe(`chaos (seed ${SEED})`, () => {
-  it(`${WORKERS} concurrent sweeps and consumers over ${TASKS} tasks with random cut-offs lose nothing`, async ({ annotate }) => {
+  for (const [design, parallel] of [
+    ['serial dispatch', false],
+    ['parallel dispatch (pumps, MAX_DISPATCHERS 4)', true],
+  ] as const)
+  it(`${WORKERS} concurrent sweeps and consumers over ${TASKS} tasks with random cut-offs lose nothing: ${design}`, async ({ annotate }) => {
+    if (parallel) await t.db.query(`update dispatcher_slots set token = null, expires_at = '-infinity'`);
+    await t.db.query('truncate tasks, tenants, queues, task_events, concurrency_slots restart identity cascade');
     const random = seeded(SEED);
     const runs = new Map<string, number>();
     const count = defineTask('count', z.object({}).default({}), async (_p, ctx) => {
       runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1);
     });
-    const workers: Harness[] = dbs.map((db) => createHarness(db, { handlers: [count], config: { sweepBatchSize: 50 } }));
+    const workers: Harness[] = dbs.map((db) =>
+      createHarness(db, { handlers: [count], config: { sweepBatchSize: 50, maxDispatchers: 4, pumpTimeBudgetMs: 3 } }),
+    );
+    const slots = new Set<number>();
+    let pumpRuns = 0;
 
     // 5,000 tasks, 50 tenants, due over the first two minutes; a third at-most-once.
     const delivery = new Map<string, string>();
@@ -48,24 +61,40 @@ describe(`chaos (seed ${SEED})`, () => {
     }
 
     // The "Queue": messages every worker may receive, redelivered when unacked.
-    let inFlight: TaskMessage[] = [];
+    let inFlight: (TaskMessage | PumpMessage)[] = [];
     const chaos = (p: number): Faults => (point: FaultPoint) => {
       if (random() < p) throw new Crash(point);
     };
     let now = T0;
     const step = async (w: Harness, faulty: boolean) => {
       try {
-        await w.sweep({ now, faults: faulty ? chaos(0.08) : undefined });
+        await w.sweep({ now, faults: faulty ? chaos(0.08) : undefined, pumps: parallel ? true : undefined });
       } catch (error) {
         if (!(error instanceof Crash)) throw error;
       }
-      for (const m of w.outbox.take()) {
-        if (faulty && random() < 0.03) continue; // lost in transit
-        inFlight.push(m.body);
-        if (faulty && random() < 0.05) inFlight.push(m.body); // delivered twice
-      }
+      const transit = () => {
+        for (const body of [...w.outbox.take().map((m) => m.body), ...w.pumpbox.take()]) {
+          if (faulty && random() < 0.03) continue; // lost in transit
+          inFlight.push(body);
+          if (faulty && random() < 0.05) inFlight.push(body); // delivered twice
+        }
+      };
+      transit();
       const take = Math.min(inFlight.length, 1 + Math.floor(random() * 100));
-      const batch = inFlight.splice(0, take);
+      const taken = inFlight.splice(0, take);
+      // A pump message makes this worker a dispatcher (its budget: a few batches), cut off like the rest.
+      for (const _pump of taken.filter(isPumpMessage)) {
+        let tick = 0;
+        try {
+          const c = await w.pump({ now, faults: faulty ? chaos(0.08) : undefined, elapsed: () => tick++ });
+          pumpRuns += 1;
+          if (c.slot !== null) slots.add(c.slot);
+        } catch (error) {
+          if (!(error instanceof Crash)) throw error;
+        }
+        transit();
+      }
+      const batch = taken.filter((b): b is TaskMessage => !isPumpMessage(b));
       if (batch.length === 0) return;
       try {
         const out = await w.consume(batch, { now, faults: faulty ? chaos(0.06) : undefined });
@@ -113,6 +142,10 @@ describe(`chaos (seed ${SEED})`, () => {
     expect(shared).toEqual([]);
     // The run's figures, reported with the test (vitest annotations) rather than printed.
     const outcome = states.map((r) => `${r.n} ${r.status}`).sort().join(', ');
-    await annotate(`seed ${SEED}: ${outcome}; ${[...runs.values()].reduce((a, b) => a + b, 0)} handler runs`, 'figures');
+    if (parallel) {
+      expect(pumpRuns).toBeGreaterThan(0);
+      expect([...slots].every((s) => s < 4)).toBe(true);
+    }
+    await annotate(`seed ${SEED}: ${outcome}; ${[...runs.values()].reduce((a, b) => a + b, 0)} handler runs; ${pumpRuns} pump runs`, 'figures');
   }, 300_000);
 });

@@ -10,6 +10,7 @@ import { defaultConfig } from '../../src/config.ts';
 import { silentLogger } from '../../src/log.ts';
 import type { Db } from '../../src/db/seam.ts';
 import { T0, resetTables, useTestDatabase } from '../helpers/db.ts';
+import { createPumpbox } from '../helpers/harness.ts';
 import { createTestApi } from '../helpers/http.ts';
 
 const t = useTestDatabase({ maxConnections: 20 });
@@ -102,6 +103,32 @@ describe('the dispatch kick', () => {
     expect(done.at(-1)).toMatchObject({ claimed: 1 });
     expect(done.at(-1)!.busy).toBeGreaterThanOrEqual(1);
     expect(api.outbox.messages.map((m) => m.body.id)).toEqual([r.body.id]);
+  });
+});
+
+describe('a kick meeting a backlog (issue 13)', () => {
+  it('asks for MAX_DISPATCHERS pumps once per run when its batch fills, and none when it does not', async () => {
+    const config = { ...defaultConfig, sweepBatchSize: 10, maxDispatchers: 3 };
+    const api = createTestApi(t.db);
+    await api.admin('POST', '/v1/tasks', { tenant: 'acme', body: { task: 'noop', delay: 3600 } }); // the queue's row
+    await t.db.query(`update queues set paused = true where name = 'default'`);
+    for (let i = 0; i < 25; i++) await api.admin('POST', '/v1/tasks', { tenant: 'acme', body: { task: 'noop' } });
+    await api.settle();
+    await t.db.query(`update queues set paused = false where name = 'default'`);
+    const pumps = createPumpbox();
+    const run = async () => {
+      const pending: Promise<unknown>[] = [];
+      const kicker = createKicker({ intervalMs: 0 });
+      kicker.kick({ db: t.db, config, sender: api.outbox, pumps, log: silentLogger, waitUntil: (p) => pending.push(p) }, ['default']);
+      await Promise.all(pending);
+    };
+    await run(); // 25 waiting: three rounds (10, 10, 5), one fan-out
+    expect(pumps.take()).toEqual(Array(3).fill({ kind: 'pump' }));
+    expect(await statusCounts()).toEqual({ scheduled: 1, running: 25 });
+    await api.admin('POST', '/v1/tasks', { tenant: 'acme', body: { task: 'noop' } });
+    await api.settle();
+    await run(); // one waiting: no pump
+    expect(pumps.take()).toEqual([]);
   });
 });
 

@@ -138,9 +138,10 @@ describe('bounds', () => {
     for (let i = 0; i < bodies.length; i += 100) await hc.consume(bodies.slice(i, i + 100), { now: T0 });
     // One start and one finish per Queue batch of up to 100.
     expect(counted.counts.byName).toEqual({ tasks_start_if_claimed: 3, tasks_finish_if_running: 3 });
-    // reap, due schedules, promote, wake parked tasks of keys with room (issue 16),
-    // list queues, one claim of 250 (< the batch of 500), one mark, purge
+    // the probe (issue 13), reap, due schedules, promote, wake parked tasks of keys
+    // with room (issue 16), list queues, one claim of 250 (< the batch of 500), one mark, purge
     expect(sweepCounts).toEqual({
+      sweep_probe_due_work: 1,
       tasks_reap_expired: 1,
       schedules_lock_due: 1,
       tasks_promote_due: 1,
@@ -150,6 +151,30 @@ describe('bounds', () => {
       dispatch_marks_insert: 1,
       tasks_purge_finished: 1,
     });
+  });
+});
+
+describe('idle cost (issue 13)', () => {
+  it('when nothing is due, a sweep costs one statement; due work makes it run its steps', async () => {
+    const counted = countStatements(t.db);
+    const hc = createHarness(counted.db, { config: { retentionSeconds: 3600 } });
+    const sweepAt = async (now: Date) => {
+      counted.reset();
+      const c = await hc.sweep({ now, pumps: true });
+      return { idle: c.idle, statements: counted.counts.roundTrips, claimed: c.claimed, purged: c.purged };
+    };
+    expect(await sweepAt(T0)).toEqual({ idle: true, statements: 1, claimed: 0, purged: 0 });
+    // A task finished at T0 (kept an hour), another due in an hour.
+    await hc.enqueue({ task: 'noop' }, { now: T0 });
+    await hc.drain({ now: T0 });
+    await hc.enqueue({ task: 'noop', delay: 3600 }, { now: T0 });
+    expect(await sweepAt(at(60))).toEqual({ idle: true, statements: 1, claimed: 0, purged: 0 });
+    // Within the look-ahead of the second: every step runs, it is claimed.
+    expect(await sweepAt(at(3541))).toMatchObject({ idle: false, claimed: 1, purged: 0 });
+    await hc.consume(hc.outbox.take().map((m) => m.body), { now: at(3600) });
+    // Past the first one's retention: the purge is due.
+    expect(await sweepAt(at(3601))).toMatchObject({ idle: false, purged: 1 });
+    expect(await sweepAt(at(3602))).toEqual({ idle: true, statements: 1, claimed: 0, purged: 0 });
   });
 });
 

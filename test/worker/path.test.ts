@@ -86,6 +86,25 @@ describe('the Worker, end to end', () => {
     expect(result.retryMessages).toEqual([]);
   });
 
+  it('the queue handler runs pump messages (two per invocation; the rest go back to the Queue) beside task messages', async () => {
+    const batch = createMessageBatch('edge-scheduler-tasks', [
+      { id: 'p1', timestamp: Date.now(), attempts: 1, body: { kind: 'pump' } },
+      { id: 's1', timestamp: Date.now(), attempts: 1, body: { id: '999999998', epoch: 1, runAt: 0 } },
+      { id: 'p2', timestamp: Date.now(), attempts: 1, body: { kind: 'pump' } },
+      { id: 'p3', timestamp: Date.now(), attempts: 1, body: { kind: 'pump' } },
+    ]);
+    const ctx = createExecutionContext();
+    await worker.queue(batch as never, env as unknown as Env, ctx);
+    const result = await getQueueResult(batch, ctx);
+    expect(result.explicitAcks.sort()).toEqual(['p1', 'p2', 's1']);
+    expect(result.retryMessages.map((m) => m.msgId)).toEqual(['p3']);
+    // Both pumps gave their slot back.
+    const db = createNeonDb({ connectionString: env.DATABASE_URL, wsProxy: env.DATABASE_WS_PROXY });
+    const held = await db.query<{ n: number }>(`select count(*)::int as n from dispatcher_slots where holder like 'pump:%' and expires_at > now()`);
+    await db.close();
+    expect(held[0]!.n).toBe(0);
+  });
+
   it('bad input answers 400 naming the field and stores nothing', async () => {
     const tenant = 'worker-e2e-bad';
     const cases: [string, string][] = [

@@ -1286,6 +1286,88 @@ export const mutants: Mutant[] = [
     tests: ['test/sweep/kick.test.ts'],
   },
   {
+    id: 'dispatcher-slot-cap',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'dispatcher_slots_acquire_free',
+    guard: 'the cap: only slots below MAX_DISPATCHERS are taken',
+    find: `where s.slot < $2::int`,
+    replace: `where $2::int is not null`,
+    tests: ['test/sweep/pump.test.ts'],
+  },
+  {
+    id: 'dispatcher-slot-live-lease',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'dispatcher_slots_acquire_free',
+    guard: 'a held slot is taken over only once its lease ran out',
+    find: `and s.expires_at <= clock.now`,
+    replace: `and clock.now is not null`,
+    tests: ['test/sweep/pump.test.ts'],
+  },
+  {
+    id: 'dispatcher-release-token',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'dispatcher_slots_release_own',
+    guard: "the holder's token: a dispatcher whose lease ran out cannot free the slot its successor holds",
+    find: `where slot = $1::int and token = $2::uuid`,
+    replace: `where slot = $1::int and $2::uuid is not null`,
+    tests: ['test/sweep/pump.test.ts'],
+  },
+  // The idle probe: an arm that says "nothing" while its step has work would stop that step for good.
+  {
+    id: 'probe-reap',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'sweep_probe_due_work',
+    guard: 'expired leases make the sweep run',
+    find: `exists (select 1 from tasks t where t.status = 'running' and t.lease_expires_at < clock.now) as reap`,
+    replace: `false as reap`,
+    tests: ['test/tasks/faults.test.ts'],
+  },
+  {
+    id: 'probe-materialize',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'sweep_probe_due_work',
+    guard: 'due schedules make the sweep run',
+    find: `exists (select 1 from schedules s
+             where s.enabled and s.next_run_at is not null
+               and s.next_run_at <= clock.now + make_interval(secs => $2::int)) as materialize`,
+    replace: `$2::int is null as materialize`,
+    tests: ['test/schedules/materialize.test.ts'],
+  },
+  {
+    id: 'probe-promote',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'sweep_probe_due_work',
+    guard: 'scheduled tasks within the look-ahead make the sweep run',
+    find: `exists (select 1 from tasks t
+             where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)) as promote`,
+    replace: `false as promote`,
+    tests: ['test/sweep/maintenance.test.ts'],
+  },
+  {
+    id: 'probe-dispatch',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'sweep_probe_due_work',
+    guard: 'queued tasks make the sweep run',
+    find: `exists (select 1 from tasks t where t.status = 'queued' and not t.parked)
+       or exists (select 1 from tasks t where t.status = 'queued' and t.parked) as dispatch`,
+    replace: `false as dispatch`,
+    tests: ['test/sweep/path.test.ts'],
+  },
+  {
+    id: 'probe-purge',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'sweep_probe_due_work',
+    guard: 'history past its retention makes the sweep run',
+    find: `exists (select 1 from tasks t
+             where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
+               and t.finished_at < clock.now - make_interval(secs => $3::int))
+       or exists (select 1 from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int))
+       or ($5::int > 0 and exists (select 1 from spent_idempotency_keys k
+                                   where k.spent_at < clock.now - make_interval(secs => $5::int))) as purge`,
+    replace: `($3::int + $4::int + $5::int) is null as purge`,
+    tests: ['test/sweep/maintenance.test.ts'],
+  },
+  {
     id: 'stats-per-minute-tenant',
     file: 'src/db/sql/stats.ts',
     statement: 'tasks_finished_per_minute',

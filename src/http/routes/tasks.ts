@@ -123,7 +123,7 @@ export function resultJson(r: EnqueueResult) {
 export function kickDueQueues(deps: AppDeps, inv: Invocation, results: readonly EnqueueResult[], log: Logger): void {
   const queues = queuesToKick(results);
   if (queues.length === 0 || !deps.kicker) return;
-  deps.kicker.kick({ db: inv.db, config: deps.config, sender: inv.sender, log, waitUntil: inv.waitUntil, now: inv.now }, queues);
+  deps.kicker.kick({ db: inv.db, config: deps.config, sender: inv.sender, pumps: inv.pumps, log, waitUntil: inv.waitUntil, now: inv.now }, queues);
 }
 
 export function registerTaskRoutes(app: App, deps: AppDeps): void {

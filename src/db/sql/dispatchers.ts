@@ -1,0 +1,121 @@
+// Dispatcher slots (migration 0019, issue 13) and the sweep's idle probe.
+import type { Queryable } from '../seam.ts';
+import { sql } from '../seam.ts';
+
+type Now = Date | null | undefined;
+const at = (now: Now) => now ?? null;
+
+/**
+ * Takes one free dispatcher slot below the cap: the lowest whose lease ran
+ * out, locked with SKIP LOCKED so dispatchers arriving together take
+ * different slots (or none when all `$2` are held). The cap and the live
+ * lease are the guards: a held slot is never taken over before its lease
+ * expires, and never more than `$2` slots are held.
+ */
+const dispatcherSlotsAcquire = sql(
+  'dispatcher_slots_acquire_free',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   free as (
+     select s.slot from dispatcher_slots s, clock
+     where s.slot < $2::int
+       and s.expires_at <= clock.now
+     order by s.slot
+     limit 1
+     for update of s skip locked
+   )
+   update dispatcher_slots d set
+     token = $3::uuid,
+     holder = $4::text,
+     acquired_at = clock.now,
+     expires_at = clock.now + make_interval(secs => $5::int)
+   from free f, clock
+   where d.slot = f.slot
+   returning d.slot`,
+);
+
+/** Gives a slot back, only if this dispatcher's lease still holds it (its token). */
+const dispatcherSlotsRelease = sql(
+  'dispatcher_slots_release_own',
+  `update dispatcher_slots set token = null, holder = null, acquired_at = null, expires_at = '-infinity'
+   where slot = $1::int and token = $2::uuid
+   returning slot`,
+);
+
+export interface DispatcherLease {
+  slot: number;
+  token: string;
+}
+
+export async function acquireDispatcherSlot(
+  q: Queryable,
+  p: { now?: Now; max: number; holder: string; leaseSeconds: number },
+): Promise<DispatcherLease | null> {
+  const token = crypto.randomUUID();
+  const rows = await q.query<{ slot: number }>(dispatcherSlotsAcquire, [at(p.now), p.max, token, p.holder, p.leaseSeconds]);
+  return rows[0] ? { slot: rows[0].slot, token } : null;
+}
+
+/** Returns false when the lease had run out and the slot was no longer this dispatcher's. */
+export async function releaseDispatcherSlot(q: Queryable, lease: DispatcherLease): Promise<boolean> {
+  return (await q.query(dispatcherSlotsRelease, [lease.slot, lease.token])).length > 0;
+}
+
+/** How many slots are held under a live lease (tests, metrics). */
+const dispatcherSlotsCountHeld = sql(
+  'dispatcher_slots_count_held',
+  `select count(*)::int as n from dispatcher_slots where expires_at > coalesce($1::timestamptz, now())`,
+);
+
+export async function countHeldDispatcherSlots(q: Queryable, p: { now?: Now } = {}): Promise<number> {
+  return (await q.query<{ n: number }>(dispatcherSlotsCountHeld, [at(p.now)]))[0]?.n ?? 0;
+}
+
+/**
+ * The sweep's first statement (issue 13): is any step due? Each arm is a
+ * superset of its step's own condition, read from that step's index, so
+ * "nothing" here means every step would have found nothing. An idle
+ * deployment then costs this one statement per cron tick.
+ */
+const sweepProbeDueWork = sql(
+  'sweep_probe_due_work',
+  `with clock as (select coalesce($1::timestamptz, now()) as now)
+   select
+     exists (select 1 from tasks t where t.status = 'running' and t.lease_expires_at < clock.now) as reap,
+     exists (select 1 from schedules s
+             where s.enabled and s.next_run_at is not null
+               and s.next_run_at <= clock.now + make_interval(secs => $2::int)) as materialize,
+     exists (select 1 from tasks t
+             where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)) as promote,
+     exists (select 1 from tasks t where t.status = 'queued' and not t.parked)
+       or exists (select 1 from tasks t where t.status = 'queued' and t.parked) as dispatch,
+     exists (select 1 from tasks t
+             where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
+               and t.finished_at < clock.now - make_interval(secs => $3::int))
+       or exists (select 1 from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int))
+       or ($5::int > 0 and exists (select 1 from spent_idempotency_keys k
+                                   where k.spent_at < clock.now - make_interval(secs => $5::int))) as purge
+   from clock`,
+);
+
+export interface DueWork {
+  reap: boolean;
+  materialize: boolean;
+  promote: boolean;
+  dispatch: boolean;
+  purge: boolean;
+}
+
+export async function probeDueWork(
+  q: Queryable,
+  p: { now?: Now; lookaheadSeconds: number; retentionSeconds: number; markRetentionSeconds: number; spentKeyRetentionSeconds: number },
+): Promise<DueWork> {
+  const rows = await q.query<DueWork>(sweepProbeDueWork, [
+    at(p.now),
+    p.lookaheadSeconds,
+    p.retentionSeconds,
+    p.markRetentionSeconds,
+    p.spentKeyRetentionSeconds,
+  ]);
+  const r = rows[0]!;
+  return { reap: r.reap, materialize: r.materialize, promote: r.promote, dispatch: r.dispatch, purge: r.purge };
+}
