@@ -18,15 +18,10 @@ import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
 import { extendLease, finishTasks, startTasks, type AttemptResult, type EarlyTask, type StartedTask } from '../db/sql/tasks.ts';
 import { noFaults, type Faults } from '../faults.ts';
-import {
-  LeaseLostError,
-  PermanentError,
-  RetryAfterError,
-  zodDetails,
-  type Registry,
-  type TaskContext,
-} from '../handlers/registry.ts';
+import { LeaseLostError, PermanentError, RetryAfterError } from '../handlers/errors.ts';
+import type { Registry, TaskContext } from '../handlers/registry.ts';
 import type { Logger } from '../log.ts';
+import { zodDetails } from '../zod-details.ts';
 import { MAX_EARLY_WAIT_SECONDS } from '../tasks/options.ts';
 import type { SigningSecretsLoader, SigningSecretStore } from '../tenants/signing-secrets.ts';
 import { reportLostFences, type TaskMessage } from '../sweep/sweep.ts';

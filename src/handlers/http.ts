@@ -9,7 +9,8 @@
 // a retry and are permanent. Redirects are never followed: the guard checked
 // this URL, not wherever a Location points, so a 3xx is a failed attempt.
 import { z } from 'zod';
-import { defineTask, PermanentError, RetryAfterError, type TaskHandler } from './registry.ts';
+import { PermanentError, RetryAfterError } from './errors.ts';
+import { defineTask, type TaskHandler } from './registry.ts';
 import { signWebhook } from '../../packages/client/src/webhooks.ts';
 import { childTraceparent } from '../tracing/trace-context.ts';
 import { checkTarget } from './ssrf.ts';

@@ -3,7 +3,8 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { finishTasks, getTask, reapExpiredLeases, startTasks } from '../../src/db/sql/tasks.ts';
-import { defineTask, LeaseLostError } from '../../src/handlers/registry.ts';
+import { LeaseLostError } from '../../src/handlers/errors.ts';
+import { defineTask } from '../../src/handlers/registry.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { crashAt, latch } from '../helpers/faults.ts';
 import { setQueuePaused } from '../../src/db/sql/tenants.ts';

@@ -4,7 +4,8 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { getTask } from '../../src/db/sql/tasks.ts';
-import { defineTask, PermanentError, RetryAfterError } from '../../src/handlers/registry.ts';
+import { PermanentError, RetryAfterError } from '../../src/handlers/errors.ts';
+import { defineTask } from '../../src/handlers/registry.ts';
 import { T0, useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 
