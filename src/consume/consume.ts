@@ -90,7 +90,7 @@ export function parseTaskMessage(body: unknown): TaskMessage | null {
   return { id: b.id, epoch: b.epoch, runAt: typeof b.runAt === 'number' ? b.runAt : 0 };
 }
 
-function describe(error: unknown): string {
+function lastErrorText(error: unknown): string {
   const text = error instanceof Error ? `${error.name === 'Error' ? '' : `${error.name}: `}${error.message}` : String(error);
   return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH - 1)}…` : text;
 }
@@ -153,9 +153,9 @@ async function runAttempt(
     return { ...base, outcome: 'succeeded', error: null };
   } catch (error) {
     if (error === timeoutError) log.warn('task timed out; handler aborted', { timeoutMs: task.timeoutMs });
-    if (error instanceof PermanentError) return { ...base, outcome: 'permanent', error: describe(error) };
-    if (error instanceof RetryAfterError) return { ...base, outcome: 'failed', error: describe(error), retryDelayMs: error.delayMs };
-    return { ...base, outcome: 'failed', error: describe(error) };
+    if (error instanceof PermanentError) return { ...base, outcome: 'permanent', error: lastErrorText(error) };
+    if (error instanceof RetryAfterError) return { ...base, outcome: 'failed', error: lastErrorText(error), retryDelayMs: error.delayMs };
+    return { ...base, outcome: 'failed', error: lastErrorText(error) };
   } finally {
     clearTimeout(timer);
     if (!controller.signal.aborted) controller.abort(new Error('attempt finished'));

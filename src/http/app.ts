@@ -43,7 +43,7 @@ export interface AppDeps {
 export type App = OpenAPIHono<AppEnv>;
 
 /** Request bodies above these are refused with 413 before they are parsed. */
-export const MAX_BODY_BYTES = 1024 * 1024;
+export const MAX_REQUEST_BODY_BYTES = 1024 * 1024;
 export const MAX_BATCH_BODY_BYTES = 10 * 1024 * 1024;
 
 export function createApp(appDeps: AppDeps): App {
@@ -85,7 +85,7 @@ export function createApp(appDeps: AppDeps): App {
       },
     });
   const batchLimit = limited(MAX_BATCH_BODY_BYTES);
-  const bodyLimitDefault = limited(MAX_BODY_BYTES);
+  const bodyLimitDefault = limited(MAX_REQUEST_BODY_BYTES);
   app.use('/v1/*', (c, next) => (c.req.path === '/v1/tasks/batch' ? batchLimit(c, next) : bodyLimitDefault(c, next)));
   const adminToken = usableAdminToken(deps.adminToken, deps.log);
   const keyCache = deps.keyCache!;

@@ -1,6 +1,6 @@
 // Fencing: a stale worker never writes over the new owner (S7), a message
 // delivered twice runs once per epoch (S6), heartbeats are fenced too.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { finishTasks, getTask, reapExpiredLeases, startTasks } from '../../src/db/sql/tasks.ts';
 import { LeaseLostError } from '../../src/handlers/errors.ts';

@@ -1,7 +1,7 @@
 // Retries: exponential backoff with full jitter and a cap, poison tasks end
 // dead after maxAttempts (S12, S13), permanent errors skip retries,
 // Retry-After overrides the backoff, and a timeout aborts the handler.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { getTask } from '../../src/db/sql/tasks.ts';
 import { PermanentError, RetryAfterError } from '../../src/handlers/errors.ts';
