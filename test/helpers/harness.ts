@@ -12,9 +12,7 @@ import { createLogger, type Logger, type LogLevel } from '../../src/log.ts';
 import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
 import { sweepOnce, type SweepCounts, type TaskMessage, type TaskSender } from '../../src/sweep/sweep.ts';
 import { enqueueTasks, type EnqueueResult, type TaskInput } from '../../src/tasks/enqueue.ts';
-
-/** The key-encryption key of the tenants' signing secrets in Node tests. */
-export const TEST_SIGNING_SECRET = `whsec_${btoa('test-signing-secret-32-bytes-long')}`;
+import { TEST_SIGNING_SECRET } from './secrets.ts';
 
 export interface SentMessage {
   body: TaskMessage;
