@@ -10,10 +10,8 @@
 // addresses to both projects.
 import { cloudflareTest } from '@cloudflare/vitest-plugin';
 import { defineConfig } from 'vitest/config';
+import { TEST_ADMIN_TOKEN, TEST_SIGNING_SECRET } from './test/helpers/secrets.ts';
 
-/** At least 32 characters: a shorter ADMIN_TOKEN counts as unset. */
-export const TEST_ADMIN_TOKEN = 'test-admin-token-of-at-least-32-characters';
-export const TEST_SIGNING_SECRET = `whsec_${Buffer.from('test-signing-secret-32-bytes-long').toString('base64')}`;
 
 /** Hyperdrive's local mode needs a password in the string, even under trust auth. */
 function withPassword(url: string): string {

@@ -10,18 +10,13 @@
 // statement (which finds the queue paused and claims nothing), so the figure
 // is the full cost of an enqueue request and nothing else. The peers'
 // one-at-a-time calls are likewise measured with no worker running.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { closeSync, openSync, rmSync } from 'node:fs';
-import { readFile, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { ensureDashboardBuilt } from '../scripts/dashboard.ts';
-import { freePort } from '../scripts/postgres.ts';
+import { hyperdriveConfig, startWranglerDev } from '../scripts/worker-dev.ts';
 import { setQueuePaused } from '../src/db/sql/tenants.ts';
 import type { Ctx } from './context.ts';
 import { migrateProject, openProjectDb } from './core.ts';
-import { root, tempDir, withClient } from './server.ts';
-import { sleep } from './stats.ts';
+import { withClient } from './server.ts';
 
 export interface WorkerDev {
   url: string;
@@ -39,13 +34,6 @@ export interface WorkerDevOptions {
   hyperdriveUrl?: string;
 }
 
-/** wrangler.toml plus a HYPERDRIVE binding (local mode), written to `file`. */
-async function hyperdriveConfig(file: string): Promise<void> {
-  const base = await readFile(join(root, 'wrangler.toml'), 'utf8');
-  const local = base.replace(/^main = "([^"]+)"/m, (_, main: string) => `main = ${JSON.stringify(join(root, main))}`);
-  await writeFile(file, `${local}\n[[hyperdrive]]\nbinding = "HYPERDRIVE"\nid = "bench"\n`);
-}
-
 export async function startWorkerDev(ctx: Ctx, options: WorkerDevOptions = {}): Promise<WorkerDev> {
   // wrangler.toml serves the dashboard's build as static assets.
   await ensureDashboardBuilt();
@@ -58,102 +46,19 @@ export async function startWorkerDev(ctx: Ctx, options: WorkerDevOptions = {}): 
     await db.close();
   }
 
-  const dir = await tempDir('scheduler-bench-wrangler-');
   const adminToken = `adm_${randomBytes(24).toString('base64url')}`;
-  const envFile = join(dir.path, 'dev.env');
-  const vars: Record<string, string> = {
-    DATABASE_URL: options.workerDatabaseUrl ?? databaseUrl,
-    DATABASE_WS_PROXY: ctx.proxy,
-    ADMIN_TOKEN: adminToken,
-    SIGNING_SECRET: `whsec_${randomBytes(32).toString('base64')}`,
-  };
-  await writeFile(envFile, Object.entries(vars).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join('\n') + '\n', { mode: 0o600 });
-  const configArgs: string[] = [];
-  if (options.hyperdriveUrl) {
-    const file = join(dir.path, 'wrangler.toml');
-    await hyperdriveConfig(file);
-    configArgs.push('--config', file);
-  }
-  const port = await freePort();
-  const logFd = openSync(join(dir.path, 'wrangler.log'), 'a');
-  const child: ChildProcess = spawn(
-    process.execPath,
-    [
-      join(root, 'node_modules/wrangler/bin/wrangler.js'),
-      'dev',
-      ...configArgs,
-      '--ip', '127.0.0.1',
-      '--port', String(port),
-      '--env-file', envFile,
-      '--persist-to', join(dir.path, 'state'),
-      '--show-interactive-dev-session=false',
-      '--log-level', 'warn',
-    ],
-    {
-      cwd: root,
-      detached: true,
-      stdio: ['ignore', logFd, logFd],
-      env: {
-        ...process.env,
-        WRANGLER_SEND_METRICS: 'false',
-        CLOUDFLARE_SEND_METRICS: 'false',
-        ...(options.hyperdriveUrl ? { CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: options.hyperdriveUrl } : {}),
-      },
+  const w = await startWranglerDev({
+    vars: {
+      DATABASE_URL: options.workerDatabaseUrl ?? databaseUrl,
+      DATABASE_WS_PROXY: ctx.proxy,
+      ADMIN_TOKEN: adminToken,
+      SIGNING_SECRET: `whsec_${randomBytes(32).toString('base64')}`,
     },
-  );
-  closeSync(logFd);
-  const url = `http://127.0.0.1:${port}`;
-  // wrangler runs detached (its own process group, for workerd): take it down
-  // with the bench whatever ends the bench.
-  const onExit = () => {
-    try {
-      if (child.exitCode === null && child.pid) process.kill(-child.pid, 'SIGTERM');
-    } catch {
-      /* gone */
-    }
-    rmSync(dir.path, { recursive: true, force: true });
-  };
-  process.once('exit', onExit);
-  const stop = async () => {
-    process.removeListener('exit', onExit);
-    if (child.exitCode === null && child.pid) {
-      const exited = new Promise((r) => child.once('exit', r));
-      // wrangler runs workerd as a child: signal the whole process group.
-      try {
-        process.kill(-child.pid, 'SIGTERM');
-      } catch {
-        /* gone */
-      }
-      const timer = setTimeout(() => {
-        try {
-          process.kill(-child.pid!, 'SIGKILL');
-        } catch {
-          /* gone */
-        }
-      }, 5000);
-      await exited;
-      clearTimeout(timer);
-    }
-    await dir.remove();
-  };
-  const deadline = Date.now() + 120_000;
-  for (;;) {
-    if (child.exitCode !== null) {
-      await stop();
-      throw new Error(`wrangler dev exited with code ${child.exitCode}`);
-    }
-    try {
-      if ((await fetch(`${url}/healthz`)).status === 200) break;
-    } catch {
-      /* not listening yet */
-    }
-    if (Date.now() > deadline) {
-      await stop();
-      throw new Error('wrangler dev: /healthz did not answer within 120 s');
-    }
-    await sleep(250);
-  }
-  return { url, adminToken, databaseUrl, stop };
+    ...(options.hyperdriveUrl
+      ? { config: await hyperdriveConfig('bench'), env: { CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: options.hyperdriveUrl } }
+      : {}),
+  });
+  return { url: w.url, adminToken, databaseUrl, stop: w.stop };
 }
 
 /** Empties the task tables between repetitions (the Worker keeps its DATABASE_URL). */

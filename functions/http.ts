@@ -1,6 +1,7 @@
 // fetch: the HTTP API. The database opened for the request is closed once the
 // response and every waitUntil'd follow-up (the dispatch kick) are done.
-import { createApp, type App } from '../src/http/app.ts';
+import { createApp } from '../src/http/app.ts';
+import type { App } from '../src/http/context.ts';
 import type { Invocation } from '../src/http/context.ts';
 import { openDb, sharedFor, tasksQueue } from './deps.ts';
 import type { Env } from './env.ts';

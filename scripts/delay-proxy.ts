@@ -2,16 +2,11 @@
 // the way out, byte order kept. Stands in for the distance between a pooler
 // (or a Worker) and the database region in `npm run bench`; any model that
 // needs a slow link can reuse it (the dispatch model of issue 13).
-import { connect, createServer, type Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
+import { listenTcp, type TcpServer } from './tcp-server.ts';
 
-export interface DelayProxy {
-  /** `127.0.0.1:port` */
-  address: string;
-  port: number;
-  /** Connections accepted so far (each one a connection set-up across the delay). */
-  accepted(): number;
-  close(): Promise<void>;
-}
+/** `accepted()` counts connections, each one a connection set-up across the delay. */
+export type DelayProxy = TcpServer;
 
 /** Forwards `from` to `to`, each chunk `delayMs` after it arrived (a constant delay keeps the order). */
 function pipeDelayed(from: Socket, to: Socket, delayMs: number): void {
@@ -24,33 +19,18 @@ function pipeDelayed(from: Socket, to: Socket, delayMs: number): void {
 
 export async function startDelayProxy(options: { target: { host: string; port: number }; roundTripMs: number; port?: number }): Promise<DelayProxy> {
   const oneWay = options.roundTripMs / 2;
-  const sockets = new Set<Socket>();
-  let accepted = 0;
-  const server = createServer((client) => {
-    accepted += 1;
+  return listenTcp((client, track) => {
     client.setNoDelay(true);
     const upstream = connect(options.target);
     upstream.setNoDelay(true);
+    track(upstream);
     for (const s of [client, upstream]) {
-      sockets.add(s);
       s.on('error', () => {
         client.destroy();
         upstream.destroy();
       });
-      s.on('close', () => sockets.delete(s));
     }
     pipeDelayed(client, upstream, oneWay);
     pipeDelayed(upstream, client, oneWay);
-  });
-  await new Promise<void>((resolve) => server.listen(options.port ?? 0, '127.0.0.1', resolve));
-  const port = (server.address() as { port: number }).port;
-  return {
-    address: `127.0.0.1:${port}`,
-    port,
-    accepted: () => accepted,
-    async close() {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
+  }, options.port);
 }

@@ -12,11 +12,12 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
-import { relative, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadMigrations } from './migrations.ts';
 import { openNodeDb } from './node-db.ts';
 import { startEmbeddedPostgres, type RunningPostgres } from './postgres.ts';
+import { hyperdriveConfig } from './worker-dev.ts';
 import { startWsProxy, type WsProxy } from './ws-proxy.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { buildDashboardIfStale } from './dashboard.ts';
@@ -38,21 +39,10 @@ function withPassword(url: string): string {
   return u.toString();
 }
 
-/**
- * wrangler.toml plus a HYPERDRIVE binding, for wrangler dev only. The binding's
- * local connection string comes from the environment
- * (CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE), so no database
- * address is written into a config file.
- */
-async function hyperdriveConfig(): Promise<string> {
-  const base = await readFile(`${root}wrangler.toml`, 'utf8');
+/** wrangler.toml plus a HYPERDRIVE binding (scripts/worker-dev.ts), written to the data directory for wrangler dev. */
+async function writeHyperdriveConfig(): Promise<string> {
   const file = `${dataDir}/wrangler.local.toml`;
-  // The file lives in the data directory (.data/): paths relative to wrangler.toml are rebased.
-  const up = relative(dataDir, root) || '.';
-  const local = base
-    .replace(/^main = "([^"]+)"/m, (_, main: string) => `main = "${up}/${main}"`)
-    .replace(/^directory = "\.\/([^"]+)"/m, (_, dir: string) => `directory = "${up}/${dir}"`);
-  await writeFile(file, `${local}\n# Added by npm start: Hyperdrive's local mode.\n[[hyperdrive]]\nbinding = "HYPERDRIVE"\nid = "local"\n`);
+  await writeFile(file, await hyperdriveConfig('local'));
   return file;
 }
 
@@ -176,7 +166,7 @@ async function main(): Promise<void> {
     if (await buildDashboardIfStale()) say('dashboard built');
 
     const url = `http://127.0.0.1:${port}`;
-    const configArgs = transport === 'hyperdrive' ? ['--config', await hyperdriveConfig()] : [];
+    const configArgs = transport === 'hyperdrive' ? ['--config', await writeHyperdriveConfig()] : [];
     say(`starting wrangler dev on ${url} (database transport: ${transport})`);
     wrangler = spawn(
       process.execPath,

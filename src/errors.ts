@@ -7,9 +7,13 @@ export type ErrorCode =
   | 'not_found'
   | 'conflict'
   | 'payload_too_large'
+  /** A body sent without `Content-Type: application/json`. */
+  | 'unsupported_media_type'
   | 'quota_exceeded'
   | 'database_unavailable'
-  | 'internal';
+  | 'internal'
+  /** Any other status the HTTP framework refused a request with (the status is kept). */
+  | 'http_error';
 
 export interface ErrorDetail {
   /** Dotted path of the offending field, e.g. `tasks.3.runAt`. */

@@ -19,15 +19,10 @@ import type { Db } from '../db/seam.ts';
 import { extendLease, finishTasks, startTasks, type AttemptResult, type EarlyTask, type StartedTask } from '../db/sql/tasks.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import { attemptError, ResultError, resultText } from '../tasks/attempts.ts';
-import {
-  LeaseLostError,
-  PermanentError,
-  RetryAfterError,
-  zodDetails,
-  type Registry,
-  type TaskContext,
-} from '../handlers/registry.ts';
+import { LeaseLostError, PermanentError, RetryAfterError } from '../handlers/errors.ts';
+import type { Registry, TaskContext } from '../handlers/registry.ts';
 import type { Logger } from '../log.ts';
+import { zodDetails } from '../zod-details.ts';
 import { MAX_EARLY_WAIT_SECONDS } from '../tasks/options.ts';
 import type { SigningSecretsLoader, SigningSecretStore } from '../tenants/signing-secrets.ts';
 import { reportLostFences, type TaskMessage } from '../sweep/sweep.ts';
@@ -96,7 +91,7 @@ export function parseTaskMessage(body: unknown): TaskMessage | null {
   return { id: b.id, epoch: b.epoch, runAt: typeof b.runAt === 'number' ? b.runAt : 0 };
 }
 
-function describe(error: unknown): string {
+function lastErrorText(error: unknown): string {
   const text = error instanceof Error ? `${error.name === 'Error' ? '' : `${error.name}: `}${error.message}` : String(error);
   return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH - 1)}…` : text;
 }
@@ -126,7 +121,7 @@ async function runAttempt(
   if (!parsed.success) {
     const paths = zodDetails(parsed.error.issues, 'payload').map((d) => `${d.path}: ${d.message}`);
     const message = attemptError(new Error(`invalid payload: ${paths.join('; ')}`)).message;
-    return { ...base, outcome: 'permanent', error: describe(message), errorName: 'InvalidPayload', errorMessage: message };
+    return { ...base, outcome: 'permanent', error: lastErrorText(message), errorName: 'InvalidPayload', errorMessage: message };
   }
 
   const controller = new AbortController();
@@ -161,7 +156,7 @@ async function runAttempt(
   const failure = (error: unknown) => {
     const e = attemptError(error);
     const status = (error as { httpStatus?: unknown } | null)?.httpStatus;
-    return { error: describe(error), errorName: e.name, errorMessage: e.message, httpStatus: typeof status === 'number' ? status : null };
+    return { error: lastErrorText(error), errorName: e.name, errorMessage: e.message, httpStatus: typeof status === 'number' ? status : null };
   };
   try {
     const value = await Promise.race([handler.run(parsed.data as never, ctx), timedOut]);

@@ -29,6 +29,19 @@ const UNAVAILABLE = new Set([
 const DATA_EXCEPTION_CLASS = '22';
 const PROGRAM_LIMIT_CLASS = '54';
 
+/**
+ * Races a statement loses to a concurrent one and wins when run again: an
+ * idempotency key spent under it (TQ001, raised by tasks_refuse_spent_idempotency_key,
+ * migration 0002), a deadlock (40P01), a serialization failure (40001).
+ */
+const LOST_RACE = new Set(['TQ001', '40P01', '40001']);
+
+/** True when running the same statement again may succeed (see LOST_RACE). */
+export function isLostRace(error: unknown): boolean {
+  const code = (error as PgErrorLike | null)?.code;
+  return typeof code === 'string' && LOST_RACE.has(code);
+}
+
 export function translateDbError(error: unknown): unknown {
   if (error instanceof AppError) return error;
   const e = error as PgErrorLike;

@@ -9,7 +9,8 @@
 // a retry and are permanent. Redirects are never followed: the guard checked
 // this URL, not wherever a Location points, so a 3xx is a failed attempt.
 import { z } from 'zod';
-import { defineTask, PermanentError, RetryAfterError, type TaskHandler } from './registry.ts';
+import { PermanentError, RetryAfterError } from './errors.ts';
+import { defineTask, type TaskHandler } from './registry.ts';
 import { resultText } from '../tasks/attempts.ts';
 import { signWebhook } from '../../packages/client/src/webhooks.ts';
 import { childTraceparent } from '../tracing/trace-context.ts';
@@ -32,7 +33,7 @@ const MAX_URL_LENGTH = 2048;
 /** lastError carries at most this much of a response body. */
 const MAX_EXCERPT_CHARS = 256;
 /** Enough bytes for 256 characters of UTF-8; the rest of a body is never read. */
-const MAX_BODY_BYTES = 1024;
+const MAX_RESPONSE_READ_BYTES = 1024;
 /** A Retry-After further away than this is clamped (a receiver cannot park a task for days). */
 const MAX_RETRY_AFTER_MS = 60 * 60 * 1000;
 
@@ -117,8 +118,6 @@ export function createHttpPayloadSchema(options: { allowPrivateTargets: boolean;
     });
 }
 
-export type HttpPayload = z.output<ReturnType<typeof createHttpPayloadSchema>>;
-
 export function createHttpTask(options: HttpTaskOptions): TaskHandler<never> {
   const fetchImpl = options.fetch ?? ((input, init) => fetch(input, init));
   const now = options.now ?? (() => new Date());
@@ -164,8 +163,8 @@ export function createHttpTask(options: HttpTaskOptions): TaskHandler<never> {
       });
     } catch (error) {
       // Network errors and timeouts retry: the next attempt may well connect.
-      if (ctx.signal.aborted) throw new Error(`request aborted: ${describe(ctx.signal.reason)}`, { cause: error });
-      throw new Error(`request failed: ${describe(error)}`, { cause: error });
+      if (ctx.signal.aborted) throw new Error(`request aborted: ${messageWithCause(ctx.signal.reason)}`, { cause: error });
+      throw new Error(`request failed: ${messageWithCause(error)}`, { cause: error });
     }
 
     const status = response.status;
@@ -291,17 +290,17 @@ export function retryAfterMs(value: string | null, now: Date): number | null {
   return Math.min(Math.max(ms, 0), MAX_RETRY_AFTER_MS);
 }
 
-/** Reads at most MAX_BODY_BYTES and cancels the rest: a receiver cannot make us buffer megabytes. */
+/** Reads at most MAX_RESPONSE_READ_BYTES and cancels the rest: a receiver cannot make us buffer megabytes. */
 async function readExcerpt(response: Response): Promise<string> {
   if (!response.body) return '';
   const reader = response.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
   try {
-    while (total < MAX_BODY_BYTES) {
+    while (total < MAX_RESPONSE_READ_BYTES) {
       const { done, value } = await reader.read();
       if (done) break;
-      const chunk = value.subarray(0, MAX_BODY_BYTES - total);
+      const chunk = value.subarray(0, MAX_RESPONSE_READ_BYTES - total);
       chunks.push(chunk);
       total += chunk.length;
     }
@@ -330,7 +329,7 @@ function truncate(text: string, max: number): string {
   return text.length > max ? `${text.slice(0, max - 1)}…` : text;
 }
 
-function describe(error: unknown): string {
+function messageWithCause(error: unknown): string {
   if (!(error instanceof Error)) return String(error);
   // undici's "fetch failed" hides the reason (ECONNREFUSED, ENOTFOUND...) in `cause`.
   const cause = error.cause instanceof Error ? `: ${error.cause.message}` : '';

@@ -2,7 +2,8 @@
 // refuses an unknown type or a bad payload at enqueue time, with the field
 // paths, instead of letting the task die later.
 import type { z } from 'zod';
-import { invalid, type ErrorDetail } from '../errors.ts';
+import { invalid } from '../errors.ts';
+import { zodDetails } from '../zod-details.ts';
 import type { Logger } from '../log.ts';
 import type { TraceContext } from '../tracing/trace-context.ts';
 
@@ -42,47 +43,11 @@ export interface TaskHandler<P = unknown> {
   run(payload: P, ctx: TaskContext): Promise<unknown>;
 }
 
-/** Throw to fail the task for good: no retry, straight to `dead`. */
-export class PermanentError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'PermanentError';
-  }
-}
-
-/** Throw to retry after a given delay instead of the task's backoff (e.g. Retry-After). */
-export class RetryAfterError extends Error {
-  readonly delayMs: number;
-  constructor(message: string, delayMs: number) {
-    super(message);
-    this.name = 'RetryAfterError';
-    this.delayMs = delayMs;
-  }
-}
-
-/** The attempt lost its lease: another worker owns the task now. Stop. */
-export class LeaseLostError extends Error {
-  constructor(taskId: string, epoch: number) {
-    super(`task ${taskId}: lease of epoch ${epoch} was lost`);
-    this.name = 'LeaseLostError';
-  }
-}
-
 export interface Registry {
   get(type: string): TaskHandler | undefined;
   types(): string[];
   /** Parses a payload for `type`; throws invalid_request naming `pathPrefix` + the field. */
   validate(type: string, payload: unknown, pathPrefix?: string): unknown;
-}
-
-/** Flattens zod issues into field paths; an unknown key is named as its own path. */
-export function zodDetails(issues: readonly z.core.$ZodIssue[], pathPrefix: string): ErrorDetail[] {
-  const join = (path: readonly PropertyKey[]) => [pathPrefix, ...path.map(String)].filter((s) => s !== '').join('.');
-  return issues.flatMap((i) =>
-    i.code === 'unrecognized_keys'
-      ? i.keys.map((k) => ({ path: join([...i.path, k]), message: 'unknown field' }))
-      : [{ path: join(i.path), message: i.message }],
-  );
 }
 
 export function createRegistry(handlers: readonly TaskHandler<never>[]): Registry {

@@ -2,19 +2,15 @@
 // build their own. Per-invocation dependencies arrive as Hono bindings.
 import { OpenAPIHono } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
-import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
-import type { Registry } from '../handlers/registry.ts';
-import type { Logger } from '../log.ts';
-import type { SigningSecretStore } from '../tenants/signing-secrets.ts';
 import { readTraceContext, traceIdOf } from '../tracing/trace-context.ts';
 import { requireAdmin, requireCaller, requireTenant, usableAdminToken } from './auth.ts';
-import type { AppEnv } from './context.ts';
+import type { App, AppDeps, AppEnv } from './context.ts';
 import { onError } from './errors.ts';
 import { refuseHostileJson } from './hostile-json.ts';
 import { validationHook } from './validation.ts';
-import { createKeyCache, type KeyCache } from '../tenants/key-cache.ts';
-import { createKicker, type Kicker } from '../sweep/kick.ts';
+import { createKeyCache } from '../tenants/key-cache.ts';
+import { createKicker } from '../sweep/kick.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerConcurrencyRoutes } from './routes/concurrency.ts';
 import { registerMetricsRoute } from './routes/metrics.ts';
@@ -26,24 +22,8 @@ import { registerStatsRoutes } from './routes/stats.ts';
 import { registerTaskRoutes } from './routes/tasks.ts';
 import { registerTriggerRoutes } from './routes/trigger.ts';
 
-export interface AppDeps {
-  config: Config;
-  registry: Registry;
-  /** The admin token secret; empty, or shorter than 32 characters, disables admin access. */
-  adminToken: string;
-  log: Logger;
-  /** Checked tenant keys, per isolate; built from config.keyCacheMs when absent. */
-  keyCache?: KeyCache;
-  /** The dispatch kick after enqueues, per isolate; built from config.kickIntervalMs when absent. */
-  kicker?: Kicker;
-  /** The tenants' webhook signing secrets (GET /v1/signing-secret). */
-  signingSecrets: SigningSecretStore;
-}
-
-export type App = OpenAPIHono<AppEnv>;
-
 /** Request bodies above these are refused with 413 before they are parsed. */
-export const MAX_BODY_BYTES = 1024 * 1024;
+export const MAX_REQUEST_BODY_BYTES = 1024 * 1024;
 export const MAX_BATCH_BODY_BYTES = 10 * 1024 * 1024;
 
 export function createApp(appDeps: AppDeps): App {
@@ -85,7 +65,7 @@ export function createApp(appDeps: AppDeps): App {
       },
     });
   const batchLimit = limited(MAX_BATCH_BODY_BYTES);
-  const bodyLimitDefault = limited(MAX_BODY_BYTES);
+  const bodyLimitDefault = limited(MAX_REQUEST_BODY_BYTES);
   app.use('/v1/*', (c, next) => (c.req.path === '/v1/tasks/batch' ? batchLimit(c, next) : bodyLimitDefault(c, next)));
   const adminToken = usableAdminToken(deps.adminToken, deps.log);
   const keyCache = deps.keyCache!;

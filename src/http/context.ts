@@ -1,10 +1,17 @@
 // What every request handler can reach: per-invocation dependencies (the
 // database opened for this request, the Queue producer, waitUntil) arrive as
 // Hono's Bindings; what middleware derives (tenant, request id, logger) as
-// Variables.
+// Variables. What the app is built from (AppDeps) and its type (App) live here
+// too, so the route files need not import the app that registers them.
+import type { OpenAPIHono } from '@hono/zod-openapi';
+import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
+import type { Registry } from '../handlers/registry.ts';
 import type { Logger } from '../log.ts';
+import type { Kicker } from '../sweep/kick.ts';
 import type { PumpSender, TaskSender } from '../sweep/sweep.ts';
+import type { KeyCache } from '../tenants/key-cache.ts';
+import type { SigningSecretStore } from '../tenants/signing-secrets.ts';
 import type { TraceContext } from '../tracing/trace-context.ts';
 
 export interface Invocation {
@@ -31,3 +38,19 @@ export interface AppEnv {
     trace: TraceContext | null;
   };
 }
+
+export interface AppDeps {
+  config: Config;
+  registry: Registry;
+  /** The admin token secret; empty, or shorter than 32 characters, disables admin access. */
+  adminToken: string;
+  log: Logger;
+  /** Checked tenant keys, per isolate; built from config.keyCacheMs when absent. */
+  keyCache?: KeyCache;
+  /** The dispatch kick after enqueues, per isolate; built from config.kickIntervalMs when absent. */
+  kicker?: Kicker;
+  /** The tenants' webhook signing secrets (GET /v1/signing-secret). */
+  signingSecrets: SigningSecretStore;
+}
+
+export type App = OpenAPIHono<AppEnv>;

@@ -13,12 +13,14 @@ const STATUS: Record<ErrorCode, ContentfulStatusCode> = {
   not_found: 404,
   conflict: 409,
   payload_too_large: 413,
+  unsupported_media_type: 415,
   quota_exceeded: 429,
   database_unavailable: 503,
   internal: 500,
+  http_error: 400,
 };
 
-export function errorBody(code: string, message: string, details?: ErrorDetail[]) {
+export function errorBody(code: ErrorCode, message: string, details?: ErrorDetail[]) {
   return { error: { code, message, ...(details && details.length > 0 ? { details } : {}) } };
 }
 
@@ -31,7 +33,7 @@ export function onError(error: Error, c: Context<AppEnv>): Response {
   }
   if (error instanceof HTTPException) {
     const status = error.status;
-    const code =
+    const code: ErrorCode =
       status === 400 ? 'invalid_request' : status === 413 ? 'payload_too_large' : status === 415 ? 'unsupported_media_type' : 'http_error';
     const message =
       status === 400 && /JSON/i.test(error.message)

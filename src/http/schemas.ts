@@ -387,7 +387,8 @@ export const ScheduleName = z
   .openapi({ param: { name: 'name', in: 'path' }, example: 'weekly-report' });
 
 const RECURRENCE_UNIT_VALUES = ['minutes', 'hours', 'days', 'weeks', 'months'] as const;
-const KINDS = ['cron', 'interval', 'recurrence', 'at'] as const;
+/** The fields that choose a schedule's kind (`at` makes a `once` schedule). */
+const KIND_FIELDS = ['cron', 'interval', 'recurrence', 'at'] as const;
 
 export const ScheduleWriteSchema = z
   .strictObject({
@@ -410,7 +411,7 @@ export const ScheduleWriteSchema = z
     enabled: z.boolean().optional(),
   })
   .superRefine((s, ctx) => {
-    const given = KINDS.filter((k) => s[k] !== undefined);
+    const given = KIND_FIELDS.filter((k) => s[k] !== undefined);
     if (given.length === 0) {
       ctx.addIssue({ code: 'custom', path: ['cron'], message: 'give exactly one of cron, interval, recurrence, at' });
     }
@@ -422,8 +423,6 @@ export const ScheduleWriteSchema = z
     }
   })
   .openapi('ScheduleWrite');
-
-export type ScheduleWriteBody = z.infer<typeof ScheduleWriteSchema>;
 
 export const ScheduleSchema = z
   .object({

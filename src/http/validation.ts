@@ -3,7 +3,7 @@
 import type { Context } from 'hono';
 import type { z } from 'zod';
 import { invalid } from '../errors.ts';
-import { zodDetails } from '../handlers/registry.ts';
+import { zodDetails } from '../zod-details.ts';
 
 interface HookResult {
   success: boolean;

@@ -1,5 +1,6 @@
 // Enqueue: one statement for a whole batch, whatever its size.
 import type { Config } from '../config.ts';
+import { isLostRace } from '../db/errors.ts';
 import type { Db } from '../db/seam.ts';
 import { findSpentKeys, insertTasks, type NewTask, type SpentKey } from '../db/sql/tasks.ts';
 import { AppError, invalid, type ErrorDetail } from '../errors.ts';
@@ -31,8 +32,6 @@ export interface EnqueueDeps {
   registry: Registry;
 }
 
-/** Races that the statement loses to a concurrent one and wins on a second run. */
-const RETRYABLE = new Set(['TQ001', '40P01', '40001']);
 const MAX_RUNS = 3;
 
 function toNewTask(input: TaskInput, options: TaskOptions, payload: unknown): NewTask {
@@ -110,8 +109,7 @@ export async function enqueueTasks(
           throw new AppError('conflict', error.message, [{ path, message: error.message }]);
         }
       }
-      const code = (error as { code?: string }).code;
-      if (run >= MAX_RUNS || code === undefined || !RETRYABLE.has(code)) throw error;
+      if (run >= MAX_RUNS || !isLostRace(error)) throw error;
     }
   }
 }

@@ -15,7 +15,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { freePort } from '../../scripts/postgres.ts';
 import { useTestDatabase } from '../helpers/db.ts';
-import { startWranglerDev, type WranglerDev } from '../helpers/wrangler-dev.ts';
+import { startWranglerDev, type WranglerDev } from '../../scripts/worker-dev.ts';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -145,6 +145,7 @@ beforeAll(async () => {
       dir: join(scratch, 'service'),
       port: Number(new URL(serviceUrl).port),
       readyPath: '/healthz',
+      timeoutMs: 60_000,
       vars: {
         DATABASE_URL: db.url,
         DATABASE_WS_PROXY: inject('wsProxy'),
@@ -152,7 +153,7 @@ beforeAll(async () => {
         SIGNING_SECRET: `whsec_${randomBytes(32).toString('base64')}`,
       },
     }),
-    startWranglerDev({ cwd: project, dir: join(scratch, 'worker'), readyPath: '/ready', vars: { SERVICE_URL: serviceUrl } }),
+    startWranglerDev({ cwd: project, dir: join(scratch, 'worker'), readyPath: '/ready', timeoutMs: 60_000, vars: { SERVICE_URL: serviceUrl } }),
   ]);
   [service, userWorker] = started.map((s) => (s.status === 'fulfilled' ? s.value : undefined));
   for (const s of started) if (s.status === 'rejected') throw s.reason;

@@ -11,7 +11,7 @@ import { buildDashboard } from '../../scripts/dashboard.ts';
 import { startWorkerDev, type RunningWorkerDev } from '../../scripts/worker-dev.ts';
 import { createClient, type Client } from '../../packages/client/src/index.ts';
 import { useTestDatabase } from '../helpers/db.ts';
-import { TEST_SIGNING_SECRET } from '../helpers/harness.ts';
+import { TEST_SIGNING_SECRET } from '../helpers/secrets.ts';
 import { ADMIN_TOKEN } from '../helpers/http.ts';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';

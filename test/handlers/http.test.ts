@@ -8,13 +8,8 @@ import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { AppError } from '../../src/errors.ts';
 import { createHttpTask, retryAfterMs, type HttpTaskOptions } from '../../src/handlers/http.ts';
-import {
-  createRegistry,
-  PermanentError,
-  RetryAfterError,
-  type TaskContext,
-  type TaskHandler,
-} from '../../src/handlers/registry.ts';
+import { PermanentError, RetryAfterError } from '../../src/handlers/errors.ts';
+import { createRegistry, type TaskContext, type TaskHandler } from '../../src/handlers/registry.ts';
 import { verifyWebhook } from '../../packages/client/src/webhooks.ts';
 import { silentLogger } from '../../src/log.ts';
 import { MAX_RESULT_BYTES, resultText } from '../../src/tasks/attempts.ts';

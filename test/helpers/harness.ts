@@ -21,9 +21,7 @@ import {
   type TaskSender,
 } from '../../src/sweep/sweep.ts';
 import { enqueueTasks, type EnqueueResult, type TaskInput } from '../../src/tasks/enqueue.ts';
-
-/** The key-encryption key of the tenants' signing secrets in Node tests. */
-export const TEST_SIGNING_SECRET = `whsec_${btoa('test-signing-secret-32-bytes-long')}`;
+import { TEST_SIGNING_SECRET } from './secrets.ts';
 
 export interface SentMessage {
   body: TaskMessage;

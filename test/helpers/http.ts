@@ -9,7 +9,8 @@ import { silentLogger } from '../../src/log.ts';
 import type { KeyCache } from '../../src/tenants/key-cache.ts';
 import type { Kicker } from '../../src/sweep/kick.ts';
 import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
-import { createOutbox, TEST_SIGNING_SECRET } from './harness.ts';
+import { createOutbox } from './harness.ts';
+import { TEST_SIGNING_SECRET } from './secrets.ts';
 
 /** At least 32 characters: a shorter ADMIN_TOKEN counts as unset. */
 export const ADMIN_TOKEN = 'node-test-admin-token-of-at-least-32-characters';

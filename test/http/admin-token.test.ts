@@ -7,7 +7,8 @@ import { createRegistry } from '../../src/handlers/registry.ts';
 import { createApp } from '../../src/http/app.ts';
 import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
 import { useTestDatabase } from '../helpers/db.ts';
-import { captureLogs, createOutbox, TEST_SIGNING_SECRET } from '../helpers/harness.ts';
+import { captureLogs, createOutbox } from '../helpers/harness.ts';
+import { TEST_SIGNING_SECRET } from '../helpers/secrets.ts';
 import { ADMIN_TOKEN } from '../helpers/http.ts';
 
 const t = useTestDatabase();

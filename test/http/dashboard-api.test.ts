@@ -3,7 +3,8 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { startTasks } from '../../src/db/sql/tasks.ts';
-import { defineTask, PermanentError } from '../../src/handlers/registry.ts';
+import { PermanentError } from '../../src/handlers/errors.ts';
+import { defineTask } from '../../src/handlers/registry.ts';
 import { cancelTask } from '../../src/tasks/cancel.ts';
 import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';

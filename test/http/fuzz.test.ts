@@ -4,7 +4,7 @@
 // (finding 6): NUL and lone surrogates in every string field (seeded random
 // unicode), ids and cursors beyond bigint, impossible dates in cursors,
 // out-of-range integers and deep nesting: each a 4xx naming its field.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../helpers/db.ts';
 import { seeded } from '../helpers/faults.ts';
 import { ADMIN_TOKEN, createTestApi } from '../helpers/http.ts';

@@ -4,7 +4,8 @@
 import parsePrometheusTextFormat, { type ParsedFamily } from 'parse-prometheus-text-format';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineTask, PermanentError } from '../../src/handlers/registry.ts';
+import { PermanentError } from '../../src/handlers/errors.ts';
+import { defineTask } from '../../src/handlers/registry.ts';
 import { renderMetrics } from '../../src/metrics/exposition.ts';
 import { cancelTask } from '../../src/tasks/cancel.ts';
 import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';

@@ -1,7 +1,7 @@
 // GET /openapi.json: generated from the zod schemas that validate requests,
 // valid OpenAPI 3.1 by a real validator, and listing every route.
 import SwaggerParser from '@apidevtools/swagger-parser';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../helpers/db.ts';
 import { createTestApi } from '../helpers/http.ts';
 

@@ -1,6 +1,6 @@
 // /v1/tasks over the real app and database: single and batch enqueue,
 // all-or-nothing validation naming index and field, limits, listing.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { countStatements } from '../../src/db/seam.ts';
 import { useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createTestApi } from '../helpers/http.ts';

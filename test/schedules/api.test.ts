@@ -1,5 +1,5 @@
 // /v1/schedules over the real app and database.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { T0, useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createHarness } from '../helpers/harness.ts';
 import { createTestApi } from '../helpers/http.ts';

@@ -1,7 +1,7 @@
 // Materialization over a real database: each fire time becomes one task,
 // once, however many sweeps overlap; misfire and overlap policies; edits
 // change future occurrences only; occurrences run through the lifecycle.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Db } from '../../src/db/seam.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';

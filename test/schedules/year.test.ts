@@ -1,7 +1,7 @@
 // A year of schedules through the database: materialized day by day over
 // 2026, each schedule's occurrences number what the documented DST rule
 // predicts, none is duplicated, and each falls at the right local time.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { defaultConfig } from '../../src/config.ts';
 import { silentLogger } from '../../src/log.ts';
 import { materializeDueSchedules } from '../../src/schedules/materialize.ts';

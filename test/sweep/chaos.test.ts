@@ -7,7 +7,7 @@
 // every invariant holds: nothing lost (I1), one accepted completion per
 // success (I2), and no at-most-once task handed to a handler twice. The
 // database trigger checks I3-I5 on every single write meanwhile.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Db } from '../../src/db/seam.ts';
 import type { FaultPoint, Faults } from '../../src/faults.ts';

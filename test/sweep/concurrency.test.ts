@@ -1,6 +1,6 @@
 // Overlapping sweeps (two cron ticks, a manual tick, the HTTP kick) must
 // split the work, never duplicate it: SKIP LOCKED and the fenced marks.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Db } from '../../src/db/seam.ts';
 import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
 import { latch } from '../helpers/faults.ts';

@@ -1,6 +1,6 @@
 // The database connection failing under a sweep or a consumer: terminated
 // mid-statement (S5), and a commit whose reply is lost (S4).
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { openNodeDb } from '../../scripts/node-db.ts';
 import { getTask } from '../../src/db/sql/tasks.ts';
 import { inject } from 'vitest';

@@ -1,6 +1,6 @@
 // The sweep's maintenance steps and bounds: the reaper's decisions, retention,
 // the time budget, and batch bounds (I9).
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { countStatements } from '../../src/db/seam.ts';
 import { getTask } from '../../src/db/sql/tasks.ts';
 import { sweepOnce } from '../../src/sweep/sweep.ts';

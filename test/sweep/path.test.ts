@@ -1,5 +1,5 @@
 // The walking skeleton in Node: enqueue, sweep, consume, succeeded.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { getTask } from '../../src/db/sql/tasks.ts';
 import { useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';

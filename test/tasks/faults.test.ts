@@ -1,7 +1,7 @@
 // A cut at every step boundary of the sweep and the consumer (RELIABILITY
 // S1, S2, S3, S15): the task still reaches a terminal state, with the attempt
 // count the rules say, and never runs twice where that is promised.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { getTask } from '../../src/db/sql/tasks.ts';
 import type { TaskInput } from '../../src/tasks/enqueue.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';

@@ -1,9 +1,10 @@
 // Fencing: a stale worker never writes over the new owner (S7), a message
 // delivered twice runs once per epoch (S6), heartbeats are fenced too.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { finishTasks, getTask, reapExpiredLeases, startTasks } from '../../src/db/sql/tasks.ts';
-import { defineTask, LeaseLostError } from '../../src/handlers/registry.ts';
+import { LeaseLostError } from '../../src/handlers/errors.ts';
+import { defineTask } from '../../src/handlers/registry.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { crashAt, latch } from '../helpers/faults.ts';
 import { setQueuePaused } from '../../src/db/sql/tenants.ts';

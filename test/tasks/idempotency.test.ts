@@ -1,7 +1,7 @@
 // Idempotency keys: a waiting task is rescheduled, a spent key returns the
 // existing task and is never resurrected — not even after retention deleted
 // the row — and concurrent enqueues with one key create one task (S14).
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { getTask } from '../../src/db/sql/tasks.ts';
 import type { Db } from '../../src/db/seam.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';

@@ -7,7 +7,7 @@ import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Db } from '../../src/db/seam.ts';
 import { fireOccurrences, lockDueSchedules } from '../../src/db/sql/schedules.ts';
-import { finishTasks, getTask, startTasks } from '../../src/db/sql/tasks.ts';
+import { getTask, startTasks } from '../../src/db/sql/tasks.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
 import { planOccurrences } from '../../src/schedules/materialize.ts';
 import { deleteSchedule, pauseSchedule } from '../../src/schedules/service.ts';

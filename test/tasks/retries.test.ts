@@ -1,10 +1,11 @@
 // Retries: exponential backoff with full jitter and a cap, poison tasks end
 // dead after maxAttempts (S12, S13), permanent errors skip retries,
 // Retry-After overrides the backoff, and a timeout aborts the handler.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { getTask } from '../../src/db/sql/tasks.ts';
-import { defineTask, PermanentError, RetryAfterError } from '../../src/handlers/registry.ts';
+import { PermanentError, RetryAfterError } from '../../src/handlers/errors.ts';
+import { defineTask } from '../../src/handlers/registry.ts';
 import { T0, useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 

@@ -1,7 +1,7 @@
 // Weighted fair queuing (DESIGN §7): under a shared backlog each tenant's
 // share of claims follows its weight, the small tenant waits no longer than
 // start-time fair queuing allows, and an idle tenant earns no burst.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { claimTasks } from '../../src/db/sql/tasks.ts';
 import { setQueuePaused, setTenantWeight } from '../../src/db/sql/tenants.ts';
 import { T0, useTestDatabase, resetTables } from '../helpers/db.ts';

@@ -1,7 +1,7 @@
 // The isolation matrix (S16): tenant B, with its own valid key, goes after
 // tenant A's work every way the API allows. Every attempt is a 404 or an
 // empty answer, and A's data is unchanged afterwards.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { at, T0, useTestDatabase } from '../helpers/db.ts';
 import { createHarness } from '../helpers/harness.ts';
 import { createTestApi } from '../helpers/http.ts';

@@ -1,6 +1,6 @@
 // Tenant keys: created by the admin, shown once, stored as a hash, revoked at
 // once; every bad key is the same 401 that reveals nothing.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../helpers/db.ts';
 import { createTestApi } from '../helpers/http.ts';
 

@@ -8,7 +8,8 @@ import { countStatements } from '../../src/db/seam.ts';
 import { findSigningSecrets } from '../../src/db/sql/signing-secrets.ts';
 import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
 import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
-import { createHarness, TEST_SIGNING_SECRET } from '../helpers/harness.ts';
+import { createHarness } from '../helpers/harness.ts';
+import { TEST_SIGNING_SECRET } from '../helpers/secrets.ts';
 import { createTestApi } from '../helpers/http.ts';
 import { startReceiver } from '../setup/receiver.ts';
 

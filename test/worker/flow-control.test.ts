@@ -1,13 +1,12 @@
 // Flow control through the Worker (issue 16): the http task under a
 // concurrency limit, seen from the receiving end.
-import { createExecutionContext, createScheduledController, waitOnExecutionContext } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
-import worker from '../../functions/index.ts';
 import { createClient } from '../../packages/client/src/index.ts';
 import { describe, expect, it } from 'vitest';
+import { adminHeaders, sweep } from '../helpers/workerd.ts';
 
 const tenant = `worker-flow-${crypto.randomUUID().slice(0, 8)}`;
-const headers = { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json', 'x-tenant': tenant };
+const headers = adminHeaders(tenant);
 const api = async (method: string, path: string, body?: unknown) => {
   const res = await exports.default.fetch(`https://scheduler.test${path}`, {
     method,
@@ -32,9 +31,7 @@ describe('concurrency limits through the Worker', () => {
     const deadline = Date.now() + 30_000;
     let done = 0;
     while (Date.now() < deadline) {
-      const ctx = createExecutionContext();
-      await worker.scheduled(createScheduledController({ cron: '* * * * *' }), env as never, ctx);
-      await waitOnExecutionContext(ctx);
+      await sweep();
       const states = await Promise.all(ids.map(async (id) => (await api('GET', `/v1/tasks/${id}`)).body.status));
       done = states.filter((s) => s === 'succeeded').length;
       if (done === ids.length) break;

@@ -2,13 +2,12 @@
 // tenant's own secret that a Standard Webhooks receiver verifies (and no other
 // tenant's secret does), both secrets during a rotation, a stable webhook-id
 // across retries, and permanent failures.
-import { createExecutionContext, createScheduledController, waitOnExecutionContext } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
-import worker from '../../functions/index.ts';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
+import { adminHeaders, deliveries, getTask, sweep, until } from '../helpers/workerd.ts';
 
-const headers = { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json', 'x-tenant': 'worker-http' };
+const headers = adminHeaders('worker-http');
 
 async function enqueue(body: unknown, tenant = 'worker-http') {
   const res = await exports.default.fetch('https://scheduler.test/v1/tasks', {
@@ -35,22 +34,11 @@ const verifies = (secret: string, d: { body: string; headers: Record<string, str
     return false;
   }
 };
-async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (ok(v) || Date.now() > deadline) return v;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-const task = async (id: string, tenant = 'worker-http') =>
-  (await (await exports.default.fetch(`https://scheduler.test/v1/tasks/${id}`, { headers: { ...headers, 'x-tenant': tenant } })).json()) as any;
+const task = (id: string, tenant = 'worker-http') => getTask(id, tenant);
 const attempts = async (id: string, tenant = 'worker-http') => {
   const res = await exports.default.fetch(`https://scheduler.test/v1/tasks/${id}/attempts`, { headers: { ...headers, 'x-tenant': tenant } });
   return { status: res.status, body: (await res.json()) as any };
 };
-const deliveries = async (path: string) =>
-  (await (await fetch(`${env.RECEIVER_URL}/_deliveries?path=${encodeURIComponent(path)}`)).json()) as any[];
 
 describe('the http task type', () => {
   it('delivers a request signed after Standard Webhooks; one changed byte fails verification', async () => {
@@ -109,9 +97,7 @@ describe('the http task type', () => {
     // The retry becomes due a second later: fire the cron handler, as the ticker would.
     const done = await until(
       async () => {
-        const ctx = createExecutionContext();
-        await worker.scheduled(createScheduledController({ cron: '* * * * *' }), env as never, ctx);
-        await waitOnExecutionContext(ctx);
+        await sweep();
         return task(r.body.id);
       },
       (t) => t.status === 'dead',

@@ -1,12 +1,13 @@
 // Issue 11 through the Worker (workerd, the real local Queue, the real 60 s
 // look-ahead): user actions on work the sweep has already claimed and sent
 // with a delay. Wall-clock waits stay at a few seconds: due times are near.
-import { createExecutionContext, createMessageBatch, createScheduledController, getQueueResult, waitOnExecutionContext } from 'cloudflare:test';
+import { createExecutionContext, createMessageBatch, getQueueResult } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import worker, { type Env } from '../../functions/index.ts';
 import { createNeonDb } from '../../src/db/neon.ts';
 import type { Db } from '../../src/db/seam.ts';
+import { adminHeaders, deliveries, sweep, until } from '../helpers/workerd.ts';
 
 const base = 'https://scheduler.test';
 const run = crypto.randomUUID().slice(0, 8);
@@ -22,30 +23,14 @@ afterAll(async () => {
 async function api(path: string, tenant: string, init: { method?: string; body?: unknown } = {}) {
   const res = await exports.default.fetch(`${base}${path}`, {
     method: init.method ?? 'GET',
-    headers: { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json', 'x-tenant': tenant },
+    headers: adminHeaders(tenant),
     body: init.body === undefined ? undefined : JSON.stringify(init.body),
   });
   return { status: res.status, body: (await res.json()) as any };
 }
 
-async function sweep() {
-  const ctx = createExecutionContext();
-  await worker.scheduled(createScheduledController({ cron: '* * * * *' }), env as unknown as Env, ctx);
-  await waitOnExecutionContext(ctx);
-}
-
-async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (ok(v) || Date.now() > deadline) return v;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-const deliveries = async (path: string) =>
-  (await (await fetch(`${env.RECEIVER_URL}/_deliveries?path=${encodeURIComponent(path)}`)).json()) as { body: string }[];
 
 interface Row {
   id: string;

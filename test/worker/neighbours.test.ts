@@ -4,30 +4,19 @@
 // neighbour is stored while the slow one still runs; then their leases are
 // expired (time travel by lease) and the reaper runs: it finds nothing of
 // theirs, and each neighbour ends succeeded, attempt 1, delivered once.
-import { createExecutionContext, createScheduledController, waitOnExecutionContext } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
-import worker, { type Env } from '../../functions/index.ts';
 import { createNeonDb } from '../../src/db/neon.ts';
+import { adminHeaders, deliveries, sweep, until } from '../helpers/workerd.ts';
 
 const tenant = 'worker-neighbours';
-const headers = { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json', 'x-tenant': tenant };
+const headers = adminHeaders(tenant);
 
 async function api(path: string, init: RequestInit = {}) {
   const res = await exports.default.fetch(`https://scheduler.test${path}`, { ...init, headers });
   return { status: res.status, body: (await res.json()) as any };
 }
-const deliveries = async (path: string) =>
-  (await (await fetch(`${env.RECEIVER_URL}/_deliveries?path=${encodeURIComponent(path)}`)).json()) as unknown[];
 
-async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (ok(v) || Date.now() > deadline) return v;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 describe('a slow task beside fast neighbours in one Queue batch', () => {
   it('every neighbour succeeds once, attempt 1, long before the slow one ends', async () => {
@@ -54,13 +43,14 @@ describe('a slow task beside fast neighbours in one Queue batch', () => {
 
     // The enqueue's dispatch sent all five in one sendBatch; the slow one's
     // request is now held open by the receiver.
-    const held = await until(() => deliveries(holdPath), (d) => d.length === 1, 20_000);
+    const held = await until(() => deliveries(holdPath), (d) => d.length === 1, 20_000, 50);
     expect(held).toHaveLength(1);
     const status = async (id: string) => (await api(`/v1/tasks/${id}`)).body;
     const settled = await until(
       () => Promise.all(fast.map(status)),
       (ts) => ts.every((t) => t.status === 'succeeded'),
       5_000,
+      50,
     );
     expect(settled.map((t) => t.status)).toEqual(['succeeded', 'succeeded', 'succeeded', 'succeeded']);
     expect((await status(slow!)).status).toBe('running');
@@ -76,12 +66,10 @@ describe('a slow task beside fast neighbours in one Queue batch', () => {
     } finally {
       await db.close();
     }
-    const ctx = createExecutionContext();
-    await worker.scheduled(createScheduledController({ cron: '* * * * *' }), env as unknown as Env, ctx);
-    await waitOnExecutionContext(ctx);
+    await sweep();
 
     await fetch(`${env.RECEIVER_URL}/_release?path=${encodeURIComponent(holdPath)}`, { method: 'POST' });
-    const slowDone = await until(() => status(slow!), (t) => t.status === 'succeeded', 20_000);
+    const slowDone = await until(() => status(slow!), (t) => t.status === 'succeeded', 20_000, 50);
     expect(slowDone).toMatchObject({ status: 'succeeded', attempts: 1 });
     for (const [i, id] of fast.entries()) {
       const t = await status(id);

@@ -1,10 +1,11 @@
 // The Worker's three handlers inside workerd, with the real Neon driver (over
 // the development proxy) and the real local Queue.
-import { createExecutionContext, createMessageBatch, createScheduledController, getQueueResult, waitOnExecutionContext } from 'cloudflare:test';
+import { createExecutionContext, createMessageBatch, getQueueResult } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import worker, { type Env } from '../../functions/index.ts';
 import { createNeonDb } from '../../src/db/neon.ts';
+import { sweep, waitForStatus } from '../helpers/workerd.ts';
 import { envWithDatabase } from './databases.ts';
 
 const ADMIN = { authorization: `Bearer ${env.ADMIN_TOKEN}` };
@@ -16,15 +17,6 @@ async function api(path: string, init: RequestInit = {}) {
     headers: { ...ADMIN, 'content-type': 'application/json', ...(init.headers ?? {}) },
   });
   return { status: res.status, body: (await res.json()) as any, headers: res.headers };
-}
-
-async function waitForStatus(id: string, tenant: string, status: string, timeoutMs = 15_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const r = await api(`/v1/tasks/${id}`, { headers: { 'x-tenant': tenant } });
-    if (r.body.status === status || Date.now() > deadline) return r.body;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
 }
 
 describe('the Worker, end to end', () => {
@@ -59,9 +51,7 @@ describe('the Worker, end to end', () => {
     await db.query(`update tasks set run_at = now() + interval '1.5 seconds' where id = $1::bigint`, [r.body.id]);
     await db.close();
 
-    const ctx = createExecutionContext();
-    await worker.scheduled(createScheduledController({ cron: '* * * * *' }), env as unknown as Env, ctx);
-    await waitOnExecutionContext(ctx);
+    await sweep();
     const swept = await api(`/v1/tasks/${r.body.id}`, { headers: { 'x-tenant': tenant } });
     expect(swept.body.status).toMatch(/queued|running|succeeded/);
     // Claimed early and sent with a delay: shown as queued, the claim in `dispatch`, until it starts.

@@ -1,7 +1,8 @@
 // The task statements. Each is one round trip, whatever the batch size: a batch
-// travels as parallel arrays through unnest(). Every parameter is cast; $1 is
-// always the clock override (null: the database's now()), so tests travel in
-// time and the database clock is the only clock in production.
+// travels as parallel arrays through unnest(). Every parameter is cast; a
+// statement that reads the clock takes the override as $1 (null: the
+// database's now()), so tests travel in time and the database clock is the
+// only clock in production. The reads (get, list, spent keys) take the tenant as $1.
 //
 // Every write about an attempt is guarded by id + lease epoch + status: a
 // stale worker, a redelivered message or a retried statement changes nothing.

@@ -5,7 +5,7 @@ import { listApiKeys, listKnownTenants, revokeApiKey, setQueuePaused, setTenantQ
 import { notFound } from '../../errors.ts';
 import { createApiKey } from '../../tenants/keys.ts';
 import { effectiveQuotas } from '../../tenants/quotas.ts';
-import type { App, AppDeps } from '../app.ts';
+import type { App, AppDeps } from '../context.ts';
 import { ApiKeySchema, IdParam, KeyCreateSchema, QueueName, QueuePauseSchema, TenantName, TenantSetSchema, TenantWeightSchema } from '../schemas.ts';
 import { commonErrors, json, jsonBody, notFoundError } from './common.ts';
 

@@ -3,7 +3,7 @@ import { createRoute, z } from '@hono/zod-openapi';
 import { getConcurrencySlot } from '../../db/sql/concurrency.ts';
 import { notFound } from '../../errors.ts';
 import { CONCURRENCY_KEY_MAX_LENGTH } from '../../tasks/options.ts';
-import type { App } from '../app.ts';
+import type { App } from '../context.ts';
 import { commonErrors, json, notFoundError } from './common.ts';
 
 export const ConcurrencySlotSchema = z

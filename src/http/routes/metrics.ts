@@ -3,7 +3,7 @@
 // whose cost follows live work and the last five minutes, never the history.
 import { readMetricsSnapshot } from '../../db/sql/stats.ts';
 import { METRICS_CONTENT_TYPE, renderMetrics } from '../../metrics/exposition.ts';
-import type { App, AppDeps } from '../app.ts';
+import type { App, AppDeps } from '../context.ts';
 
 /** The window of the "recent" series (finished by outcome, the summaries). */
 export const METRICS_WINDOW_SECONDS = 300;

@@ -1,7 +1,7 @@
 // /v1/queues: the caller's own view of its queues.
 import { createRoute, z } from '@hono/zod-openapi';
 import { QUEUE_STATS_FINISHED_WINDOW_SECONDS, queueStats } from '../../db/sql/tenants.ts';
-import type { App } from '../app.ts';
+import type { App } from '../context.ts';
 import { QueueStatsSchema } from '../schemas.ts';
 import { commonErrors, json } from './common.ts';
 

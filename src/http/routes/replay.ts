@@ -4,7 +4,7 @@ import { createRoute } from '@hono/zod-openapi';
 import type { TaskMatch } from '../../db/sql/replay.ts';
 import { cancelMatching } from '../../tasks/bulkCancel.ts';
 import { replayMatching, replayTask } from '../../tasks/replay.ts';
-import type { App, AppDeps } from '../app.ts';
+import type { App, AppDeps } from '../context.ts';
 import { listAttempts } from '../../db/sql/attempts.ts';
 import {
   AttemptListSchema,

@@ -5,7 +5,7 @@ import { notFound } from '../../errors.ts';
 import { specOf, type Schedule } from '../../schedules/model.ts';
 import { nextFireTimes } from '../../schedules/recurrence.ts';
 import { deleteSchedule, pauseSchedule, putSchedule } from '../../schedules/service.ts';
-import type { App, AppDeps } from '../app.ts';
+import type { App, AppDeps } from '../context.ts';
 import {
   NextQuery,
   ScheduleListQuery,

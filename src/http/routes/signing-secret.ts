@@ -7,7 +7,7 @@ import {
   MAX_ROTATION_OVERLAP_SECONDS,
   type TenantSigningSecrets,
 } from '../../tenants/signing-secrets.ts';
-import type { App, AppDeps } from '../app.ts';
+import type { App, AppDeps } from '../context.ts';
 import { ErrorSchema } from '../schemas.ts';
 import { commonErrors, json } from './common.ts';
 

@@ -1,7 +1,7 @@
 // /v1/stats: what the dashboard's charts draw, for the caller's tenant.
 import { createRoute, z } from '@hono/zod-openapi';
 import { finishedPerMinute } from '../../db/sql/stats.ts';
-import type { App } from '../app.ts';
+import type { App } from '../context.ts';
 import { commonErrors, json } from './common.ts';
 
 const StatsQuery = z.strictObject({

@@ -5,10 +5,9 @@ import { notFound } from '../../errors.ts';
 import { queuesToKick } from '../../sweep/kick.ts';
 import { cancelTask } from '../../tasks/cancel.ts';
 import { enqueueTasks, type EnqueueResult } from '../../tasks/enqueue.ts';
-import type { App, AppDeps } from '../app.ts';
+import type { App, AppDeps, Invocation } from '../context.ts';
 import { commonErrors, conflictError, json, jsonBody, quotaError } from './common.ts';
 import { isStorableText } from '../hostile-json.ts';
-import type { Invocation } from '../context.ts';
 import type { Logger } from '../../log.ts';
 import {
   ErrorSchema,

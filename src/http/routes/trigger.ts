@@ -1,7 +1,7 @@
 // POST /v1/schedules/{name}/trigger: run a schedule now (issue 15).
 import { createRoute, z } from '@hono/zod-openapi';
 import { triggerSchedule } from '../../schedules/trigger.ts';
-import type { App, AppDeps } from '../app.ts';
+import type { App, AppDeps } from '../context.ts';
 import { ScheduleName, TaskSchema, taskJson } from '../schemas.ts';
 import { commonErrors, conflictError, json, notFoundError, quotaError } from './common.ts';
 import { kickDueQueues } from './tasks.ts';
