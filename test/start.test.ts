@@ -85,7 +85,10 @@ describe('npm start', () => {
     const killer = setTimeout(() => signal('SIGKILL'), 30_000);
     const code = await exited;
     clearTimeout(killer);
-    expect(code, output.slice(-3000)).toBe(0);
+    // The script exits 0; npm, signalled with its group as a terminal's Ctrl-C
+    // would, sometimes reports the SIGTERM it received itself (128 + 15) under
+    // load. The clean stop is what the lines below prove.
+    expect([0, 143], output.slice(-3000)).toContain(code);
     expect(output).toContain('[start] postgres stopped');
     // Nothing is left listening.
     await expect(fetch(`${url}/healthz`, { signal: AbortSignal.timeout(2000) })).rejects.toThrow();
