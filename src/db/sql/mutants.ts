@@ -637,22 +637,13 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/attempts.test.ts'],
   },
   {
-    id: 'start-skipped-not-refused',
-    file: TASKS,
-    statement: 'tasks_start_if_claimed (skipped)',
-    guard: 'a start refused for a paused queue is no attempt',
-    find: `where m.id not in (select id from started) and m.id not in (select id from refused)`,
-    replace: `where m.id not in (select id from started)`,
-    tests: ['test/tasks/attempts.test.ts'],
-  },
-  {
     id: 'start-skipped-not-early',
     file: TASKS,
     statement: 'tasks_start_if_claimed (skipped)',
-    guard: 'a message that arrived before its run_at (it waits and starts later) is no skipped attempt',
+    guard: 'a message of the current claim that did not start (early, or refused for a paused queue) is no skipped attempt',
     find: `and not (cur.lease_epoch = m.epoch and cur.status = 'running' and cur.started_at is null)`,
     replace: `and true`,
-    tests: ['test/tasks/lookahead.test.ts'],
+    tests: ['test/tasks/lookahead.test.ts', 'test/tasks/attempts.test.ts'],
   },
   {
     id: 'attempts-list-tenant',
@@ -1025,15 +1016,6 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/lookahead.test.ts'],
   },
   {
-    id: 'pause-withdraw-not-started',
-    file: SCHEDULES,
-    statement: 'schedules_pause_withdraw_occurrences',
-    guard: 'withdraw_if_not_started: started_at is null (a started occurrence stays)',
-    find: `where t.schedule_id = target.id and t.scheduled_for > clock.now and \${NOT_STARTED}`,
-    replace: `where t.schedule_id = target.id and t.scheduled_for > clock.now and t.status in ('scheduled', 'queued', 'running')`,
-    tests: ['test/tasks/lookahead.test.ts'],
-  },
-  {
     id: 'pause-cancel',
     file: SCHEDULES,
     statement: 'schedules_pause_withdraw_occurrences',
@@ -1061,15 +1043,6 @@ export const mutants: Mutant[] = [
     replace: `where $2::text is not null and s.name = $3::text and t.schedule_id = s.id
      and t.scheduled_for > coalesce($1::timestamptz, now())`,
     tests: ['test/tenants/isolation.test.ts', 'test/tasks/lookahead.test.ts'],
-  },
-  {
-    id: 'replace-withdraw-not-started',
-    file: SCHEDULES,
-    statement: 'schedules_withdraw_planned_if_not_started',
-    guard: 'started_at is null (a started occurrence stays)',
-    find: `and t.scheduled_for > coalesce($1::timestamptz, now()) and \${NOT_STARTED}`,
-    replace: `and t.scheduled_for > coalesce($1::timestamptz, now()) and t.status in ('scheduled', 'queued', 'running')`,
-    tests: ['test/tasks/lookahead.test.ts'],
   },
   {
     id: 'quota-pending',

@@ -799,15 +799,16 @@ const tasksStartIfClaimed = sql(
    -- Attempt history (migration 0017): a message that started nothing is
    -- recorded against its epoch, \`cancelled\` when the task was cancelled
    -- after its early claim, \`skipped_stale\` otherwise (a stale or duplicate
-   -- message). A queue-paused refusal is no attempt (refunded).
+   -- message).
    skipped as (
      insert into task_attempts (task_id, attempt, epoch, outcome, finished_at, error_name, error_message)
      select m.id, cur.attempts, m.epoch, case when cur.status = 'cancelled' then 'cancelled' else 'skipped_stale' end,
             clock.now, 'StaleMessage',
             'message of epoch ' || m.epoch || ' skipped: the task is ' || cur.status || ' at epoch ' || cur.lease_epoch
      from msg m join tasks cur on cur.id = m.id, clock
-     where m.id not in (select id from started) and m.id not in (select id from refused)
-       -- an early message (due later) waits and starts with this statement again: no attempt yet
+     -- Not a message of the current claim that did not start: early (it
+     -- waits and comes back) or refused for a paused queue (refunded).
+     where m.id not in (select id from started)
        and not (cur.lease_epoch = m.epoch and cur.status = 'running' and cur.started_at is null)
    )
    select s.*, null::float8 as wait_ms, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status,
