@@ -79,6 +79,9 @@ describe('enqueue and consume with a trace', () => {
       [TP, null],
       [null, null],
     ]);
+    // The enqueues' dispatch kicks (work within the look-ahead) end here, not
+    // in a later test, where a kick still running would claim its tasks.
+    await api.settle();
   });
 
   it("the consumer's log lines and the handler's context carry the trace", async () => {
