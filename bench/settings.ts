@@ -39,6 +39,7 @@ export const ALL_PHASES = [
   'memory',
   'metrics',
   'transport',
+  'flow',
 ] as const;
 export type PhaseName = (typeof ALL_PHASES)[number];
 

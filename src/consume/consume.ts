@@ -116,6 +116,9 @@ async function runAttempt(
     attempt: task.attempts,
     ...(started.trace ? { traceId: traceIdOf(started.trace.traceparent) } : {}),
   });
+  // A rate-limited start given a later place on its key's line (at most
+  // RATE_LIMIT_START_WAIT_SECONDS) waits for it: the line holds the place.
+  if (started.waitMs > 0) await (deps.sleep ?? defaultSleep)(started.waitMs);
   const handler = deps.registry.get(task.task);
   if (!handler) {
     // A rollout may be under way: retry rather than kill, attempts bound it.
@@ -235,6 +238,10 @@ export async function consumeBatch(
     for (const l of start.lost) {
       if (l.reason === 'queue_paused') {
         log.info('start refused: the queue is paused; task back in its queue, attempt refunded', { taskId: l.id, epoch: l.epoch });
+        continue;
+      }
+      if (l.reason === 'rate_limited') {
+        log.info('start refused: over its key\'s rate limit; task back in its queue, attempt refunded', { taskId: l.id, epoch: l.epoch });
         continue;
       }
       const duplicate = l.currentEpoch === l.epoch && l.currentStatus === 'running';

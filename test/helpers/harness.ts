@@ -68,8 +68,9 @@ export interface Harness {
       faults?: Faults;
       onSettled?: OnSettled;
       /**
-       * The consumer's wait for early tasks. Default: with `now`, none (the
-       * start after it runs at now + the wait); on the database clock, a real sleep.
+       * The consumer's wait for early tasks. Default: with `now`, a tenth of it
+       * in real time (the start after it runs at now + the wait); on the
+       * database clock, a real sleep.
        */
       sleep?: (ms: number) => Promise<void>;
     },
@@ -82,6 +83,13 @@ export interface Harness {
   /** Sweeps, then consumes everything sent (and redeliveries now due), until nothing is left to send. */
   drain(options?: { now?: Date; rounds?: number }): Promise<void>;
 }
+
+/**
+ * The consumer's wait under a \`now\` override: a real sleep of a tenth of it,
+ * so the starts after waits of different lengths still run in the order of
+ * their times (a rate-limited key's start line depends on it).
+ */
+const virtualSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms / 10));
 
 export function createHarness(
   db: Db,
@@ -118,7 +126,7 @@ export function createHarness(
     redeliveries: [],
     consume: (bodies, o = {}) =>
       consumeBatch(
-        { db, config, registry, log, signingSecrets, faults: o.faults, sleep: o.sleep ?? (o.now ? async () => {} : undefined) },
+        { db, config, registry, log, signingSecrets, faults: o.faults, sleep: o.sleep ?? (o.now ? virtualSleep : undefined) },
         bodies,
         {
           now: o.now,
