@@ -224,17 +224,25 @@ export async function consumeBatch(
 
   // One fenced start for the tasks given (the whole batch, then each group of
   // early tasks once due); runs what started, waits out the early ones.
-  async function startAndRun(tasks: readonly { id: string; epoch: number }[], now: Date | undefined, round: number): Promise<void> {
+  // `onStatement` is called once the start statement has returned.
+  async function startAndRun(
+    tasks: readonly { id: string; epoch: number }[],
+    now: Date | undefined,
+    round: number,
+    onStatement: () => void = () => {},
+  ): Promise<void> {
     let start: Awaited<ReturnType<typeof startTasks>>;
     try {
       start = await startTasks(db, { now, tasks, leaseGraceSeconds: config.leaseGraceSeconds });
     } catch (error) {
+      onStatement();
       log.error('fenced start failed; batch left for redelivery', { error });
       const indexes = tasks.flatMap(indexesOf);
       retriedUnstarted += indexes.length;
       settle(indexes, 'retry');
       return;
     }
+    onStatement();
     for (const l of start.lost) {
       if (l.reason === 'queue_paused') {
         log.info('start refused: the queue is paused; task back in its queue, attempt refunded', { taskId: l.id, epoch: l.epoch });
@@ -268,14 +276,28 @@ export async function consumeBatch(
       deferred += indexes.length;
       settle(indexes, 'retry', delaySeconds);
     }
-    await Promise.all([
-      runStarted(start.started, now),
-      ...groupByWait(waiting).map(async (group) => {
-        const wait = Math.ceil(group.at(-1)!.waitMs);
-        await sleep(wait);
-        await startAndRun(group, now && new Date(now.getTime() + wait), round + 1);
-      }),
-    ]);
+    await Promise.all([runStarted(start.started, now), startInTurn(groupByWait(waiting), now, round + 1)]);
+  }
+
+  // The early groups start one after another in the order of their run_at,
+  // each statement after the one before it has returned (their handlers run
+  // on concurrently): a rate-limited key's start line then hands out places
+  // in run_at order, as one statement over the whole batch would. Started in
+  // parallel, a later group could reach the line first and push an earlier
+  // one behind it.
+  async function startInTurn(groups: readonly EarlyTask[][], now: Date | undefined, round: number): Promise<void> {
+    const running: Promise<void>[] = [];
+    let slept = 0;
+    for (const group of groups) {
+      const wait = Math.ceil(group.at(-1)!.waitMs);
+      if (wait > slept) await sleep(wait - slept);
+      slept = Math.max(slept, wait);
+      let started!: () => void;
+      const statementDone = new Promise<void>((resolve) => (started = resolve));
+      running.push(startAndRun(group, now && new Date(now.getTime() + wait), round, started));
+      await statementDone;
+    }
+    await Promise.all(running);
   }
 
   // Each attempt stores its own result as soon as it settles (sharing a

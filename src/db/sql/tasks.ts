@@ -909,12 +909,17 @@ const tasksStartIfClaimed = sql(
      order by t.id
      for no key update of t
    ),
+   -- start_rate_of_key: the spacing is the key's, as its last claim set it
+   -- (from the most recently enqueued task it claimed), not that of the few
+   -- tasks this statement starts: early messages start in groups, each with
+   -- its own statement. The batch's newest only if the key has no row yet.
    rate_due as (
      select r.id, r.tenant, r.rate_key, greatest(clock.now, r.run_at) as due,
-            first_value(r.rate_limit) over newest as max_starts,
-            first_value(r.rate_period_seconds) over newest as period_seconds,
+            coalesce(k.max_starts, first_value(r.rate_limit) over newest) as max_starts,
+            coalesce(k.period_seconds, first_value(r.rate_period_seconds) over newest) as period_seconds,
             row_number() over (partition by r.tenant, r.rate_key order by greatest(clock.now, r.run_at), r.id) as pos
-     from rate_locked r, clock
+     from rate_locked r cross join clock
+          left join rate_limits k on k.tenant = r.tenant and k.key = r.rate_key
      window newest as (partition by r.tenant, r.rate_key order by r.id desc)
    ),
    rate_base as (
