@@ -82,6 +82,15 @@ export interface Harness {
   redeliveries: { body: unknown; notBefore: number }[];
   /** Sweeps, then consumes everything sent (and redeliveries now due), until nothing is left to send. */
   drain(options?: { now?: Date; rounds?: number }): Promise<void>;
+  /**
+   * Delivers messages sent at `now` as the Queue does: each at now + its
+   * delay (one the consumer retried with a delay, at its time), in time
+   * order, those due at one instant in one batch, until none is left. A
+   * message still arrives before its run_at (the delay is rounded down, less
+   * the batch timeout) and the consumer waits out the rest on the override
+   * (no real sleep: it starts its early groups in order).
+   */
+  deliver(sent: readonly SentMessage[], options: { now: Date }): Promise<void>;
 }
 
 /**
@@ -147,6 +156,17 @@ export function createHarness(
         const bodies = [...outbox.take().map((m) => m.body), ...due.map((r) => r.body)];
         if (bodies.length === 0) return;
         await h.consume(bodies, { now: o.now });
+      }
+    },
+    async deliver(sent, o) {
+      let pending = sent.map((m) => ({ body: m.body as unknown, at: o.now.getTime() + (m.delaySeconds ?? 0) * 1000 }));
+      for (;;) {
+        pending.push(...h.redeliveries.splice(0).map((r) => ({ body: r.body, at: r.notBefore })));
+        if (pending.length === 0) return;
+        const when = Math.min(...pending.map((p) => p.at));
+        const bodies = pending.filter((p) => p.at === when).map((p) => p.body);
+        pending = pending.filter((p) => p.at !== when);
+        await h.consume(bodies, { now: new Date(when), sleep: async () => {} });
       }
     },
   };

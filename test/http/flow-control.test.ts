@@ -175,10 +175,7 @@ describe('rateLimit option', () => {
     );
     expect((await api.admin('GET', '/v1/rate-limits/partner%2Feu', { tenant: 'acme' })).status).toBe(404);
     await h.sweep({ now: T });
-    await h.consume(
-      h.outbox.take().map((m) => m.body),
-      { now: T },
-    );
+    await h.deliver(h.outbox.take(), { now: T });
     const r = await api.admin('GET', `/v1/rate-limits/${encodeURIComponent('partner/eu')}`, { tenant: 'acme' });
     expect(r.status).toBe(200);
     // Starts at T, T+5, T+10, T+15 s: the next one may start at T+20 s.

@@ -3,7 +3,7 @@
 // starts it records. Time travels by the override; nothing sleeps.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
-import { createHarness, type Harness, type SentMessage } from '../helpers/harness.ts';
+import { createHarness, type Harness } from '../helpers/harness.ts';
 import type { TaskInput } from '../../src/tasks/enqueue.ts';
 
 const t = useTestDatabase();
@@ -43,34 +43,13 @@ function maxInWindow(starts: readonly Date[], periodMs: number): number {
   return best;
 }
 
-/**
- * Delivers messages sent at `now` as the Queue does: each at now + its delay
- * (a message the consumer retried with a delay, at its time), in time order,
- * those due at one instant in one batch. A message still arrives before its
- * run_at (the delay is rounded down, less the batch timeout): the consumer
- * waits out the rest (issue 11).
- */
-async function deliver(now: Date, sent: readonly SentMessage[]): Promise<void> {
-  let pending = sent.map((m) => ({ body: m.body as unknown, at: now.getTime() + (m.delaySeconds ?? 0) * 1000 }));
-  for (;;) {
-    pending.push(...h.redeliveries.splice(0).map((r) => ({ body: r.body, at: r.notBefore })));
-    if (pending.length === 0) return;
-    const when = Math.min(...pending.map((p) => p.at));
-    await h.consume(
-      pending.filter((p) => p.at === when).map((p) => p.body),
-      { now: new Date(when) },
-    );
-    pending = pending.filter((p) => p.at !== when);
-  }
-}
-
 /** Sweeps at `now` and delivers everything sent, `rounds` times. */
 async function cycle(now: Date, rounds = 3): Promise<void> {
   for (let i = 0; i < rounds; i++) {
     await h.sweep({ now });
     const sent = h.outbox.take();
     if (sent.length === 0) return;
-    await deliver(now, sent);
+    await h.deliver(sent, { now });
   }
 }
 
@@ -103,7 +82,7 @@ describe('rate limits', () => {
     expect(waiting.length).toBe(99);
     expect(waiting.every((r) => r.attempts === 0)).toBe(true);
     expect(Math.min(...waiting.map((r) => r.run_at.getTime()))).toBeGreaterThanOrEqual(at(60).getTime());
-    await deliver(T0, h.outbox.take());
+    await h.deliver(h.outbox.take(), { now: T0 });
     await cycle(at(30));
     await cycle(at(90));
     const all = await rows();

@@ -1437,6 +1437,22 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/rate-limit.test.ts'],
   },
   {
+    id: 'start-rate-step-of-key',
+    file: TASKS,
+    statement: 'tasks_start_if_claimed',
+    guard: "start_rate_of_key: the start line's spacing is the key's (its last claim's), not that of the tasks one start statement holds",
+    find: `coalesce(k.max_starts, first_value(r.rate_limit) over newest) as max_starts,`,
+    replace: `first_value(r.rate_limit) over newest as max_starts,`,
+    also: [
+      {
+        file: TASKS,
+        find: `coalesce(k.period_seconds, first_value(r.rate_period_seconds) over newest) as period_seconds,`,
+        replace: `first_value(r.rate_period_seconds) over newest as period_seconds,`,
+      },
+    ],
+    tests: ['test/tasks/rate-limit.test.ts'],
+  },
+  {
     id: 'start-rate-tenant',
     file: TASKS,
     statement: 'tasks_start_if_claimed',
