@@ -9,7 +9,8 @@
 // `queued`, attempt refunded) and its message acknowledged. A message
 // delivered before its task's run_at (the Queue's whole-second delay, rounded
 // down) does not start it: the consumer waits out the rest and starts it then
-// with the same fenced statement (one per group of tasks due together), so
+// with the same fenced statement (one per group of tasks due together, the
+// groups one after another in run_at order), so
 // until its run_at a reschedule, a cancel or a pause still takes it back; a
 // wait too long for the invocation is left to the Queue (retried with a delay).
 // If the database cannot be reached, messages are retried by the Queue, not acked.

@@ -96,7 +96,8 @@ export interface Harness {
 /**
  * The consumer's wait under a \`now\` override: a real sleep of a tenth of it,
  * so the starts after waits of different lengths still run in the order of
- * their times (a rate-limited key's start line depends on it).
+ * their times across batches consumed side by side (a rate-limited key's
+ * start line depends on it; within a batch the consumer keeps that order).
  */
 const virtualSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms / 10));
 
