@@ -117,3 +117,26 @@ begin
                    for update skip locked);
   end if;
 end $$;
+
+-- The task as GET /v1/tasks/{id} shows a finished one (migration 0017, for
+-- completion callbacks) now shows its rate limit too, as taskJson does.
+create or replace function tasks_shown_json(t tasks) returns jsonb
+language sql stable
+as $$
+  select jsonb_build_object(
+    'id', t.id::text, 'task', t.task, 'queue', t.queue, 'status', t.status, 'payload', t.payload,
+    'runAt', tasks_iso(t.run_at), 'createdAt', tasks_iso(t.created_at), 'updatedAt', tasks_iso(t.updated_at),
+    'dispatchedAt', tasks_iso(t.dispatched_at), 'dispatch', null,
+    'startedAt', tasks_iso(t.started_at), 'finishedAt', tasks_iso(t.finished_at),
+    'attempts', t.attempts, 'maxAttempts', t.max_attempts, 'lastError', t.last_error,
+    'idempotencyKey', t.idempotency_key, 'delivery', t.delivery,
+    'timeout', trim_scale(t.timeout_ms / 1000.0),
+    'backoff', jsonb_build_object('base', trim_scale(t.backoff_base_ms / 1000.0), 'max', trim_scale(t.backoff_max_ms / 1000.0)),
+    'scheduleId', t.schedule_id::text, 'scheduledFor', tasks_iso(t.scheduled_for), 'replayOf', t.replay_of::text,
+    'concurrency', case when t.concurrency_key is null then null
+                        else jsonb_build_object('key', t.concurrency_key, 'limit', t.concurrency_limit) end,
+    'rateLimit', case when t.rate_key is null then null
+                      else jsonb_build_object('key', t.rate_key, 'limit', t.rate_limit,
+                                              'periodSeconds', t.rate_period_seconds) end,
+    'priority', coalesce(t.priority, 0), 'result', t.result, 'callback', t.callback, 'callbackOf', t.callback_of::text)
+$$;

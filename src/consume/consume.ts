@@ -295,7 +295,10 @@ export async function consumeBatch(
       slept = Math.max(slept, wait);
       let started!: () => void;
       const statementDone = new Promise<void>((resolve) => (started = resolve));
-      running.push(startAndRun(group, now && new Date(now.getTime() + wait), round, started));
+      const run = startAndRun(group, now && new Date(now.getTime() + wait), round, started);
+      // A failure rejects through Promise.all below (not as unhandled while later groups wait) and never stalls them.
+      run.catch(() => started());
+      running.push(run);
       await statementDone;
     }
     await Promise.all(running);
