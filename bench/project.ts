@@ -108,15 +108,33 @@ export async function seedFinishedTasks(url: string, rows: number): Promise<void
   });
 }
 
-export async function projectDrain(ctx: Ctx, finishedRows: number): Promise<DrainResult> {
+/**
+ * Flow control on every task of the drain (issue 16, the `flow` phase):
+ * `keyed`, one concurrency key of limit 1,000; `rated`, one rate limit of
+ * 10,000 per second, above any drain rate this machine reaches, so it never
+ * binds (what it costs, not what it holds back).
+ */
+export type DrainFlow = 'plain' | 'keyed' | 'rated';
+const flowOf = (flow: DrainFlow): Partial<TaskInput> =>
+  flow === 'keyed'
+    ? { concurrency: { key: 'bench', limit: 1000 } }
+    : flow === 'rated'
+      ? { rateLimit: { key: 'bench', limit: 10_000, periodSeconds: 1 } }
+      : {};
+
+export async function projectDrain(ctx: Ctx, finishedRows: number, flow?: DrainFlow): Promise<DrainResult> {
   const s = ctx.settings;
-  const name = finishedRows > 0 ? 'bench_project_drain_1m' : 'bench_project_drain';
+  const name = finishedRows > 0 ? 'bench_project_drain_1m' : flow ? `bench_project_drain_${flow}` : 'bench_project_drain';
   const url = await freshProjectDatabase(ctx, name);
   await seedFinishedTasks(url, finishedRows);
   const setup = await openProjectDb(url, ctx.proxy);
   try {
     const inputs = noopInputs(s.tasks).map((t) =>
-      s.drainConcurrencyLimit > 0 ? { ...t, concurrency: { key: 'bench', limit: s.drainConcurrencyLimit } } : t,
+      flow
+        ? { ...t, ...flowOf(flow) }
+        : s.drainConcurrencyLimit > 0
+          ? { ...t, concurrency: { key: 'bench', limit: s.drainConcurrencyLimit } }
+          : t,
     );
     await enqueueAll(setup, inputs, s.batchSize);
   } finally {

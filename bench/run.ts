@@ -20,6 +20,7 @@ import {
   latencySummary,
   projectDrain,
   projectEnqueueBatch,
+  type DrainFlow,
   projectFairness,
   projectLatency,
   projectStatements,
@@ -181,6 +182,26 @@ try {
   }
 
   await server.dropCreated();
+
+  // 2c. Flow control on every task of the drain (issue 16): plain, keyed and
+  // rate-limited drains in turn within each repetition, so a load change on
+  // the shared machine hits all three alike.
+  if (phase('flow') && has('project')) {
+    await attempt('flow.project', async () => {
+      const flows = (process.env.BENCH_FLOWS ?? 'plain,keyed,rated').split(',') as DrainFlow[];
+      const runs: Record<DrainFlow, DrainResult[]> = { plain: [], keyed: [], rated: [] };
+      for (let rep = 0; rep <= settings.reps; rep++) {
+        for (const flow of flows) {
+          const r = await projectDrain(ctx, 0, flow);
+          progress(`flow drain ${settings.tasks} ${flow}: ${rep === 0 ? 'warm-up' : `rep ${rep}/${settings.reps}`}: ${describeDrain(r)}`);
+          if (rep > 0) runs[flow].push(r);
+          await server.dropCreated();
+        }
+      }
+      F['flow.project'] = Object.fromEntries(flows.map((f) => [f, { rate: rates(runs[f]), runs: runs[f] }]));
+      progress(`flow: ${flows.map((f) => `${f} ${fmtInt(rates(runs[f]).median)}`).join(', ')} tasks/s (medians)`);
+    });
+  }
 
   // 3. Due-to-start latency --------------------------------------------------
   if (phase('latency')) {
@@ -443,6 +464,21 @@ if (phase('drain-1m')) {
     graphile: 'n/a (deletes completed jobs)',
     target: `>= 0.83x empty (${x(r)})`,
     verdict: verdict(r === undefined ? undefined : r >= 0.83),
+  });
+}
+const flow = get<Partial<Record<DrainFlow, Rated>>>('flow.project');
+if (phase('flow')) {
+  const keyed = ratio(flow?.keyed?.rate, flow?.plain?.rate);
+  const rated = ratio(flow?.rated?.rate, flow?.plain?.rate);
+  rows.push({
+    workload: `2c. drain ${fmtInt(settings.tasks)} with flow control on every task (tasks/s): plain; one concurrency key (limit 1,000); one rate limit that never binds (10,000/s)`,
+    project: flow
+      ? `${range(flow.plain?.rate)}; keyed ${range(flow.keyed?.rate)} (${x(keyed)}); rated ${range(flow.rated?.rate)} (${x(rated)})`
+      : 'n/a',
+    pgboss: '',
+    graphile: '',
+    target: '>= 0.8x plain, each',
+    verdict: verdict(keyed === undefined || rated === undefined ? undefined : keyed >= 0.8 && rated >= 0.8),
   });
 }
 const st = get<{ enqueue: StepCount; sweep: StepCount; consume: StepCount; total: StepCount }>('statements.project');

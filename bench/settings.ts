@@ -40,6 +40,7 @@ export const ALL_PHASES = [
   'metrics',
   'transport',
   'model',
+  'flow',
 ] as const;
 export type PhaseName = (typeof ALL_PHASES)[number];
 

@@ -9,7 +9,8 @@
 // `queued`, attempt refunded) and its message acknowledged. A message
 // delivered before its task's run_at (the Queue's whole-second delay, rounded
 // down) does not start it: the consumer waits out the rest and starts it then
-// with the same fenced statement (one per group of tasks due together), so
+// with the same fenced statement (one per group of tasks due together, the
+// groups one after another in run_at order), so
 // until its run_at a reschedule, a cancel or a pause still takes it back; a
 // wait too long for the invocation is left to the Queue (retried with a delay).
 // If the database cannot be reached, messages are retried by the Queue, not acked.
@@ -111,6 +112,9 @@ async function runAttempt(
     attempt: task.attempts,
     ...(started.trace ? { traceId: traceIdOf(started.trace.traceparent) } : {}),
   });
+  // A rate-limited start given a later place on its key's line (at most
+  // RATE_LIMIT_START_WAIT_SECONDS) waits for it: the line holds the place.
+  if (started.waitMs > 0) await (deps.sleep ?? defaultSleep)(started.waitMs);
   const handler = deps.registry.get(task.task);
   if (!handler) {
     // A rollout may be under way: retry rather than kill, attempts bound it.
@@ -216,20 +220,32 @@ export async function consumeBatch(
 
   // One fenced start for the tasks given (the whole batch, then each group of
   // early tasks once due); runs what started, waits out the early ones.
-  async function startAndRun(tasks: readonly { id: string; epoch: number }[], now: Date | undefined, round: number): Promise<void> {
+  // `onStatement` is called once the start statement has returned.
+  async function startAndRun(
+    tasks: readonly { id: string; epoch: number }[],
+    now: Date | undefined,
+    round: number,
+    onStatement: () => void = () => {},
+  ): Promise<void> {
     let start: Awaited<ReturnType<typeof startTasks>>;
     try {
       start = await startTasks(db, { now, tasks, leaseGraceSeconds: config.leaseGraceSeconds });
     } catch (error) {
+      onStatement();
       log.error('fenced start failed; batch left for redelivery', { error });
       const indexes = tasks.flatMap(indexesOf);
       retriedUnstarted += indexes.length;
       settle(indexes, 'retry');
       return;
     }
+    onStatement();
     for (const l of start.lost) {
       if (l.reason === 'queue_paused') {
         log.info('start refused: the queue is paused; task back in its queue, attempt refunded', { taskId: l.id, epoch: l.epoch });
+        continue;
+      }
+      if (l.reason === 'rate_limited') {
+        log.info('start refused: over its key\'s rate limit; task back in its queue, attempt refunded', { taskId: l.id, epoch: l.epoch });
         continue;
       }
       const duplicate = l.currentEpoch === l.epoch && l.currentStatus === 'running';
@@ -256,14 +272,31 @@ export async function consumeBatch(
       deferred += indexes.length;
       settle(indexes, 'retry', delaySeconds);
     }
-    await Promise.all([
-      runStarted(start.started, now),
-      ...groupByWait(waiting).map(async (group) => {
-        const wait = Math.ceil(group.at(-1)!.waitMs);
-        await sleep(wait);
-        await startAndRun(group, now && new Date(now.getTime() + wait), round + 1);
-      }),
-    ]);
+    await Promise.all([runStarted(start.started, now), startInTurn(groupByWait(waiting), now, round + 1)]);
+  }
+
+  // The early groups start one after another in the order of their run_at,
+  // each statement after the one before it has returned (their handlers run
+  // on concurrently): a rate-limited key's start line then hands out places
+  // in run_at order, as one statement over the whole batch would. Started in
+  // parallel, a later group could reach the line first and push an earlier
+  // one behind it.
+  async function startInTurn(groups: readonly EarlyTask[][], now: Date | undefined, round: number): Promise<void> {
+    const running: Promise<void>[] = [];
+    let slept = 0;
+    for (const group of groups) {
+      const wait = Math.ceil(group.at(-1)!.waitMs);
+      if (wait > slept) await sleep(wait - slept);
+      slept = Math.max(slept, wait);
+      let started!: () => void;
+      const statementDone = new Promise<void>((resolve) => (started = resolve));
+      const run = startAndRun(group, now && new Date(now.getTime() + wait), round, started);
+      // A failure rejects through Promise.all below (not as unhandled while later groups wait) and never stalls them.
+      run.catch(() => started());
+      running.push(run);
+      await statementDone;
+    }
+    await Promise.all(running);
   }
 
   // Each attempt stores its own result as soon as it settles (sharing a

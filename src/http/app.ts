@@ -72,7 +72,7 @@ export function createApp(appDeps: AppDeps): App {
   const tenant = requireTenant(adminToken, keyCache);
   const tenantPaths = [
     '/v1/tasks', '/v1/tasks/*', '/v1/schedules', '/v1/schedules/*', '/v1/queues',
-    '/v1/signing-secret', '/v1/signing-secret/*', '/v1/stats/*', '/v1/concurrency/*',
+    '/v1/signing-secret', '/v1/signing-secret/*', '/v1/stats/*', '/v1/concurrency/*', '/v1/rate-limits/*',
   ];
   for (const path of tenantPaths) app.use(path, tenant);
   app.use('/metrics', requireCaller(adminToken, keyCache));

@@ -4,7 +4,15 @@ import { z } from '@hono/zod-openapi';
 import { CALLBACK_STATUSES, isClaimedNotStarted, shownStatus, TASK_STATUSES, type Task } from '../tasks/model.ts';
 import type { TaskInput } from '../tasks/enqueue.ts';
 import { MAX_INTERVAL_SECONDS } from '../schedules/recurrence.ts';
-import { CONCURRENCY_KEY_MAX_LENGTH, CONCURRENCY_LIMIT_MAX, MAX_TIMEOUT_SECONDS, PRIORITY_MAX, PRIORITY_MIN } from '../tasks/options.ts';
+import {
+  CONCURRENCY_KEY_MAX_LENGTH,
+  CONCURRENCY_LIMIT_MAX,
+  MAX_TIMEOUT_SECONDS,
+  PRIORITY_MAX,
+  PRIORITY_MIN,
+  RATE_LIMIT_MAX,
+  RATE_PERIOD_MAX_SECONDS,
+} from '../tasks/options.ts';
 import { QUOTA_LIMITS } from '../tenants/quotas.ts';
 
 export const MAX_DELAY_SECONDS = 365 * 86_400;
@@ -56,6 +64,19 @@ export const CallbackSchema = z
       "When the task reaches one of `on`, a durable `http` task POSTs the task (as GET /v1/tasks/{id} shows it) to `url`, signed with the tenant's secret, with webhook-id `<id>.callback`, retried.",
   });
 
+export const RateLimitSchema = z
+  .strictObject({
+    key: z.string().min(1).max(CONCURRENCY_KEY_MAX_LENGTH),
+    limit: z.int().min(1).max(RATE_LIMIT_MAX),
+    periodSeconds: z.int().min(1).max(RATE_PERIOD_MAX_SECONDS),
+  })
+  .openapi('RateLimit', {
+    description:
+      "At most `limit` starts of the tenant's tasks with this `key` in any window of `periodSeconds` (GCRA without bursts: starts are spaced at least periodSeconds / limit apart). Tasks over the limit wait: their start (runAt) moves to when the limit allows; no attempt is spent. The same key with different limits: the most recently enqueued task's limit applies once it is claimed.",
+  });
+
+const RateLimitJson = z.object({ key: z.string(), limit: z.int(), periodSeconds: z.int() }).nullable();
+
 /** What a task, or a schedule for its occurrences, may set about attempts. */
 const TaskOptionFields = {
   callback: CallbackSchema.optional(),
@@ -75,6 +96,7 @@ const TaskOptionFields = {
     .openapi({ description: `Seconds per attempt (at most ${MAX_TIMEOUT_SECONDS}: an attempt must fit a Queue consumer's 15-minute wall clock).` }),
   delivery: z.enum(['at_least_once', 'at_most_once']).optional(),
   concurrency: ConcurrencySchema.optional(),
+  rateLimit: RateLimitSchema.optional(),
   priority: z
     .int()
     .min(PRIORITY_MIN)
@@ -127,6 +149,7 @@ export function toTaskInput(body: TaskCreate): TaskInput {
     timeout: body.timeout,
     delivery: body.delivery,
     concurrency: body.concurrency,
+    rateLimit: body.rateLimit,
     priority: body.priority,
     callback: body.callback,
   };
@@ -171,6 +194,7 @@ export const TaskSchema = z
     scheduledFor: z.string().nullable(),
     replayOf: z.string().nullable().openapi({ description: 'The terminal task this one replays.' }),
     concurrency: z.object({ key: z.string(), limit: z.int() }).nullable(),
+    rateLimit: RateLimitJson,
     priority: z.int(),
     result: z.unknown().openapi({
       description:
@@ -211,6 +235,7 @@ export function taskJson(t: Task): TaskJson {
     scheduledFor: iso(t.scheduledFor),
     replayOf: t.replayOf,
     concurrency: t.concurrency,
+    rateLimit: t.rateLimit,
     priority: t.priority,
     result: t.result,
     callback: t.callback,
@@ -441,6 +466,7 @@ export const ScheduleSchema = z
     timeout: z.number(),
     delivery: z.enum(['at_least_once', 'at_most_once']),
     concurrency: z.object({ key: z.string(), limit: z.int() }).nullable(),
+    rateLimit: RateLimitJson,
     priority: z.int(),
     callback: z.object({ url: z.string(), on: z.array(z.enum(CALLBACK_STATUSES)) }).nullable(),
     misfire: z.enum(['run_once', 'catch_up', 'skip']),

@@ -14,6 +14,7 @@ export interface OccurrenceOptions {
   delivery: Delivery;
   /** Flow control of the occurrences (issue 16); absent on schedules written before it. */
   concurrency?: { key: string; limit: number } | null;
+  rateLimit?: { key: string; limit: number; periodSeconds: number } | null;
   priority?: number;
   /** Completion callback of the occurrences (issue 15); absent on schedules written before it. */
   callback?: TaskCallback | null;

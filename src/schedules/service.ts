@@ -119,6 +119,7 @@ export async function putSchedule(
         timeoutMs: options.timeoutMs,
         delivery: options.delivery,
         concurrency: input.concurrency ?? null,
+        rateLimit: input.rateLimit ?? null,
         priority: input.priority ?? 0,
         callback: callbackOf(input.callback),
       },

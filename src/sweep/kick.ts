@@ -80,6 +80,7 @@ export function createKicker(options: {
       limit: deps.config.sweepBatchSize,
       claimedBy: workerId,
       leaseSeconds: deps.config.claimLeaseSeconds,
+      lookaheadSeconds: deps.config.lookaheadSeconds,
     });
     await sendClaimed(sweepDeps, queue, claimed, deps.now);
     // Tasks parked over a concurrency limit (issue 16) fill the batch too: a full one looks again.

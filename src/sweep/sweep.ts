@@ -132,6 +132,7 @@ async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promis
     limit: deps.config.sweepBatchSize,
     claimedBy: deps.workerId,
     leaseSeconds: deps.config.claimLeaseSeconds,
+    lookaheadSeconds: deps.config.lookaheadSeconds,
   });
   return { ...(await sendClaimed(deps, queue, claimed, now)), parked };
 }

@@ -49,6 +49,9 @@ function toNewTask(input: TaskInput, options: TaskOptions, payload: unknown): Ne
     idempotencyKey: input.idempotencyKey ?? null,
     concurrencyKey: input.concurrency?.key ?? null,
     concurrencyLimit: input.concurrency?.limit ?? null,
+    rateKey: input.rateLimit?.key ?? null,
+    rateLimit: input.rateLimit?.limit ?? null,
+    ratePeriodSeconds: input.rateLimit?.periodSeconds ?? null,
     priority: input.priority ?? 0,
     callback: callbackOf(input.callback),
   };

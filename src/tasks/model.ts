@@ -34,6 +34,8 @@ export interface Task {
   replayOf: string | null;
   /** Flow control (issue 16): the concurrency key and limit, or null. */
   concurrency: { key: string; limit: number } | null;
+  /** Flow control (issue 16): the rate limit, or null. */
+  rateLimit: { key: string; limit: number; periodSeconds: number } | null;
   priority: number;
   /** The handler's return value, stored by the finish of a success (issue 15); null otherwise. */
   result: unknown;
@@ -53,7 +55,7 @@ export interface TaskCallback {
 export const TASK_COLUMNS = `id, tenant, queue, task, payload, status, run_at, created_at, updated_at,
   dispatched_at, started_at, finished_at, attempts, max_attempts, last_error, backoff_base_ms,
   backoff_max_ms, timeout_ms, delivery, lease_epoch, idempotency_key, schedule_id, scheduled_for, replay_of,
-  concurrency_key, concurrency_limit, priority, result, callback, callback_of`;
+  concurrency_key, concurrency_limit, priority, result, callback, callback_of, rate_key, rate_limit, rate_period_seconds`;
 
 /**
  * TASK_COLUMNS for reads of `tasks` (unaliased): a task claimed but not
@@ -98,6 +100,9 @@ export interface TaskRow {
   result?: unknown;
   callback?: TaskCallback | null;
   callback_of?: string | null;
+  rate_key?: string | null;
+  rate_limit?: number | null;
+  rate_period_seconds?: number | null;
 }
 
 export function taskFromRow(r: TaskRow): Task {
@@ -130,6 +135,10 @@ export function taskFromRow(r: TaskRow): Task {
       r.concurrency_key === null || r.concurrency_key === undefined
         ? null
         : { key: r.concurrency_key, limit: Number(r.concurrency_limit) },
+    rateLimit:
+      r.rate_key === null || r.rate_key === undefined
+        ? null
+        : { key: r.rate_key, limit: Number(r.rate_limit), periodSeconds: Number(r.rate_period_seconds) },
     priority: Number(r.priority ?? 0),
     result: r.result ?? null,
     callback: r.callback ?? null,

@@ -24,6 +24,26 @@ export const MAX_TIMEOUT_SECONDS = CONSUMER_WALL_CLOCK_SECONDS - MAX_EARLY_WAIT_
  */
 export const CONCURRENCY_KEY_MAX_LENGTH = 256;
 export const CONCURRENCY_LIMIT_MAX = 1000;
+/**
+ * Rate limits (issue 16): at most `limit` starts of one tenant's tasks with
+ * one `key` per `periodSeconds` (GCRA with no burst: starts at least
+ * period / limit apart; migration 0018 says why). The migration's checks say
+ * the same bounds.
+ */
+export const RATE_LIMIT_MAX = 10_000;
+export const RATE_PERIOD_MAX_SECONDS = 86_400;
+/**
+ * The fenced start lets a rate-limited task wait this long for its key's
+ * line (a late message meeting the next one on time); one pushed further goes
+ * back to its queue, attempt refunded. Below MAX_EARLY_WAIT_SECONDS, so the
+ * consumer's wait is never cut short.
+ */
+export const RATE_LIMIT_START_WAIT_SECONDS = 10;
+export interface RateLimitInput {
+  key: string;
+  limit: number;
+  periodSeconds: number;
+}
 /** Priorities choose which of a tenant's tasks fill its fair share first. */
 export const PRIORITY_MIN = -10;
 export const PRIORITY_MAX = 10;
@@ -40,6 +60,7 @@ export interface TaskOptionsInput {
   timeout?: number;
   delivery?: Delivery;
   concurrency?: ConcurrencyInput;
+  rateLimit?: RateLimitInput;
   /** PRIORITY_MIN..PRIORITY_MAX, default 0. */
   priority?: number;
   /** Completion callback (issue 15); `on` defaults to every terminal status. */

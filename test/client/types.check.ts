@@ -16,7 +16,7 @@ import type {
 } from '../../src/http/schemas.ts';
 import type { AttemptSchema, BulkCancelSchema, BulkReplaySchema, ReplaySchema } from '../../src/http/replaySchemas.ts';
 import type { SigningSecretSchema } from '../../src/http/routes/signing-secret.ts';
-import type { ConcurrencySlotSchema } from '../../src/http/routes/concurrency.ts';
+import type { ConcurrencySlotSchema, RateLimitStateSchema } from '../../src/http/routes/concurrency.ts';
 import type { MinuteStatsJson } from '../../src/http/routes/stats.ts';
 
 /** Assignable both ways. Alone this misses an optional field one side lacks, hence the key checks. */
@@ -55,6 +55,7 @@ export const checks = [
   ok<Mirror<Client.SigningSecret, z.output<typeof SigningSecretSchema>>>(),
   ok<Mirror<Client.MinuteStats, MinuteStatsJson>>(),
   ok<Mirror<Client.ConcurrencySlot, z.output<typeof ConcurrencySlotSchema>>>(),
+  ok<Mirror<Client.RateLimitState, z.output<typeof RateLimitStateSchema>>>(),
   ok<Mirror<Client.ReplayInput, z.input<typeof ReplaySchema>>>(),
   ok<Mirror<Client.Attempt, z.output<typeof AttemptSchema>>>(),
   ok<Mirror<Client.BulkCancelInput, z.input<typeof BulkCancelSchema>>>(),

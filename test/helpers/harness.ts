@@ -95,8 +95,9 @@ export interface Harness {
       faults?: Faults;
       onSettled?: OnSettled;
       /**
-       * The consumer's wait for early tasks. Default: with `now`, none (the
-       * start after it runs at now + the wait); on the database clock, a real sleep.
+       * The consumer's wait for early tasks. Default: with `now`, a tenth of it
+       * in real time (the start after it runs at now + the wait); on the
+       * database clock, a real sleep.
        */
       sleep?: (ms: number) => Promise<void>;
     },
@@ -108,7 +109,24 @@ export interface Harness {
   redeliveries: { body: unknown; notBefore: number }[];
   /** Sweeps, then consumes everything sent (and redeliveries now due), until nothing is left to send. */
   drain(options?: { now?: Date; rounds?: number }): Promise<void>;
+  /**
+   * Delivers messages sent at `now` as the Queue does: each at now + its
+   * delay (one the consumer retried with a delay, at its time), in time
+   * order, those due at one instant in one batch, until none is left. A
+   * message still arrives before its run_at (the delay is rounded down, less
+   * the batch timeout) and the consumer waits out the rest on the override
+   * (no real sleep: it starts its early groups in order).
+   */
+  deliver(sent: readonly SentMessage[], options: { now: Date }): Promise<void>;
 }
+
+/**
+ * The consumer's wait under a \`now\` override: a real sleep of a tenth of it,
+ * so the starts after waits of different lengths still run in the order of
+ * their times across batches consumed side by side (a rate-limited key's
+ * start line depends on it; within a batch the consumer keeps that order).
+ */
+const virtualSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms / 10));
 
 export function createHarness(
   db: Db,
@@ -163,7 +181,7 @@ export function createHarness(
     redeliveries: [],
     consume: (bodies, o = {}) =>
       consumeBatch(
-        { db, config, registry, log, signingSecrets, faults: o.faults, sleep: o.sleep ?? (o.now ? async () => {} : undefined) },
+        { db, config, registry, log, signingSecrets, faults: o.faults, sleep: o.sleep ?? (o.now ? virtualSleep : undefined) },
         bodies,
         {
           now: o.now,
@@ -184,6 +202,17 @@ export function createHarness(
         const bodies = [...outbox.take().map((m) => m.body), ...due.map((r) => r.body)];
         if (bodies.length === 0) return;
         await h.consume(bodies, { now: o.now });
+      }
+    },
+    async deliver(sent, o) {
+      let pending = sent.map((m) => ({ body: m.body as unknown, at: o.now.getTime() + (m.delaySeconds ?? 0) * 1000 }));
+      for (;;) {
+        pending.push(...h.redeliveries.splice(0).map((r) => ({ body: r.body, at: r.notBefore })));
+        if (pending.length === 0) return;
+        const when = Math.min(...pending.map((p) => p.at));
+        const bodies = pending.filter((p) => p.at === when).map((p) => p.body);
+        pending = pending.filter((p) => p.at !== when);
+        await h.consume(bodies, { now: new Date(when), sleep: async () => {} });
       }
     },
   };

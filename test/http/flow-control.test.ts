@@ -112,3 +112,78 @@ describe('concurrency slots of withdrawn occurrences', () => {
     expect(await slot()).toBe(0);
   });
 });
+
+describe('rateLimit option', () => {
+  it.each([
+    [{ key: '', limit: 5, periodSeconds: 1 }, 'rateLimit.key'],
+    [{ key: 'k'.repeat(257), limit: 5, periodSeconds: 1 }, 'rateLimit.key'],
+    [{ key: 'k', limit: 0, periodSeconds: 1 }, 'rateLimit.limit'],
+    [{ key: 'k', limit: 10_001, periodSeconds: 1 }, 'rateLimit.limit'],
+    [{ key: 'k', limit: 1.5, periodSeconds: 1 }, 'rateLimit.limit'],
+    [{ key: 'k', limit: 5, periodSeconds: 0 }, 'rateLimit.periodSeconds'],
+    [{ key: 'k', limit: 5, periodSeconds: 86_401 }, 'rateLimit.periodSeconds'],
+    [{ key: 'k', limit: 5, periodSeconds: 0.5 }, 'rateLimit.periodSeconds'],
+    [{ key: 'k', limit: 5 }, 'rateLimit.periodSeconds'],
+    [{ key: 'k', limit: 5, periodSeconds: '1' }, 'rateLimit.periodSeconds'],
+    [{ key: 'k', limit: 5, periodSeconds: 1, burst: 2 }, 'rateLimit.burst'],
+    [{ key: 'k\u0000', limit: 5, periodSeconds: 1 }, 'rateLimit.key'],
+    [5, 'rateLimit'],
+  ])('refuses %# with a 400 naming %s, storing nothing', async (rateLimit, path) => {
+    const r = await api.admin('POST', '/v1/tasks', { body: { task: 'noop', rateLimit } });
+    expect(r.status).toBe(400);
+    expect(r.body.error.details.map((d: { path: string }) => d.path)).toContain(path);
+    const batch = await api.admin('POST', '/v1/tasks/batch', { body: { tasks: [{ task: 'noop' }, { task: 'noop', rateLimit }] } });
+    expect(batch.status).toBe(400);
+    expect(batch.body.error.details.map((d: { path: string }) => d.path)).toContain(`tasks.1.${path}`);
+    const schedule = await api.admin('PUT', '/v1/schedules/s', { body: { interval: 60, task: 'noop', rateLimit } });
+    expect(schedule.status).toBe(400);
+    expect(schedule.body.error.details.map((d: { path: string }) => d.path)).toContain(path);
+    expect(await count()).toBe(0);
+    expect((await t.db.query('select 1 from schedules')).length).toBe(0);
+  });
+
+  it('accepts the bounds and shows them on the task, the schedule and its occurrences', async () => {
+    for (const rateLimit of [
+      { key: 'k'.repeat(256), limit: 1, periodSeconds: 1 },
+      { key: 'é🙂 /?#', limit: 10_000, periodSeconds: 86_400 },
+    ]) {
+      const r = await api.admin('POST', '/v1/tasks', { body: { task: 'noop', delay: 60, rateLimit } });
+      expect(r.status).toBe(201);
+      expect(r.body.rateLimit).toEqual(rateLimit);
+      expect((await api.admin('GET', `/v1/tasks/${r.body.id}`)).body.rateLimit).toEqual(rateLimit);
+    }
+    expect((await api.admin('POST', '/v1/tasks', { body: { task: 'noop', delay: 60 } })).body.rateLimit).toBeNull();
+    const rateLimit = { key: 'nightly', limit: 2, periodSeconds: 60 };
+    const put = await api.admin('PUT', '/v1/schedules/every-minute', { tenant: 'acme', body: { interval: 60, task: 'noop', rateLimit } });
+    expect(put.status).toBe(201);
+    expect(put.body.rateLimit).toEqual(rateLimit);
+    await createHarness(t.db).sweep({ now: new Date(Date.now() + 3 * 60_000) });
+    const occ = await t.db.query<{ rate_key: string; rate_limit: number; rate_period_seconds: number }>(
+      `select rate_key, rate_limit, rate_period_seconds from tasks where schedule_id is not null`,
+    );
+    expect(occ.length).toBeGreaterThanOrEqual(1);
+    expect(occ.every((o) => o.rate_key === 'nightly' && o.rate_limit === 2 && o.rate_period_seconds === 60)).toBe(true);
+  });
+
+  it("GET /v1/rate-limits/{key} shows the tenant's limit, next allowed start and waiting tasks; 404 for an unknown key or another tenant's", async () => {
+    const T = new Date('2026-12-01T12:00:00Z');
+    api.setNow(T);
+    const h = createHarness(t.db);
+    await h.enqueue(
+      Array.from({ length: 4 }, () => ({ task: 'noop', rateLimit: { key: 'partner/eu', limit: 2, periodSeconds: 10 } })),
+      { now: T },
+    );
+    expect((await api.admin('GET', '/v1/rate-limits/partner%2Feu', { tenant: 'acme' })).status).toBe(404);
+    await h.sweep({ now: T });
+    await h.deliver(h.outbox.take(), { now: T });
+    const r = await api.admin('GET', `/v1/rate-limits/${encodeURIComponent('partner/eu')}`, { tenant: 'acme' });
+    expect(r.status).toBe(200);
+    // Starts at T, T+5, T+10, T+15 s: the next one may start at T+20 s.
+    expect(r.body).toEqual({ key: 'partner/eu', limit: 2, periodSeconds: 10, nextStartAt: '2026-12-01T12:00:20.000Z', waiting: 0 });
+    expect((await api.admin('GET', '/v1/rate-limits/partner%2Feu', { tenant: 'other' })).status).toBe(404);
+    expect((await api.call('GET', '/v1/rate-limits/nope')).status).toBe(401);
+    expect((await api.admin('GET', `/v1/rate-limits/${'k'.repeat(257)}`, { tenant: 'acme' })).status).toBe(400);
+    api.setNow(new Date(T.getTime() + 60_000));
+    expect((await api.admin('GET', '/v1/rate-limits/partner%2Feu', { tenant: 'acme' })).body.nextStartAt).toBeNull();
+  });
+});

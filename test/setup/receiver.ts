@@ -12,6 +12,8 @@ export interface Delivery {
   path: string;
   headers: Record<string, string>;
   body: string;
+  /** When the request arrived (the receiver's clock, ms since the epoch). */
+  at: number;
 }
 
 export async function startReceiver(): Promise<{ url: string; close(): Promise<void> }> {
@@ -45,7 +47,7 @@ export async function startReceiver(): Promise<{ url: string; close(): Promise<v
       }
       const headers: Record<string, string> = {};
       for (const [k, v] of Object.entries(req.headers)) if (typeof v === 'string') headers[k] = v;
-      deliveries.push({ method: req.method ?? '', path: url.pathname, headers, body: Buffer.concat(chunks).toString('utf8') });
+      deliveries.push({ method: req.method ?? '', path: url.pathname, headers, body: Buffer.concat(chunks).toString('utf8'), at: Date.now() });
       if (url.pathname.startsWith('/hook/hold/') && !released.has(url.pathname)) {
         const answer = () => {
           clearTimeout(timer);

@@ -35,7 +35,8 @@ const enqueue = async (input: Record<string, unknown>) => (await h.enqueue({ tas
 describe('completion callbacks', () => {
   it('every path to a terminal state creates the callback in its own statement: finish, reaper, cancel, bulk cancel, missed', async () => {
     const succeeded = await enqueue({ callback: { url: URL_ } });
-    const cancelled = await enqueue({ delay: 3600, callback: { url: URL_ } });
+    // With a rate limit: the body shows it as GET does.
+    const cancelled = await enqueue({ delay: 3600, rateLimit: { key: 'partner', limit: 5, periodSeconds: 1 }, callback: { url: URL_ } });
     const bulk = await enqueue({ delay: 3600, queue: 'bulk', callback: { url: URL_ } });
     const lost = await enqueue({ maxAttempts: 1, callback: { url: URL_ } });
     const plain = await enqueue({});

@@ -37,10 +37,12 @@ async function maxRunning(tenant: string, key: string): Promise<number> {
   return rows[0]!.peak ?? 0;
 }
 
-/** The slot counter agrees with the tasks actually running under the key. */
+/** The slot counter (less the frees no claim has counted yet) agrees with the tasks actually running under the key. */
 async function expectSlotMatches(tenant: string, key: string): Promise<number> {
   const [row] = await t.db.query<{ counted: number; actual: number }>(
-    `select (select running from concurrency_slots where tenant = $1::text and key = $2::text) as counted,
+    `select (select greatest(0, s.running - coalesce((select sum(f.n)::int from concurrency_frees f
+                                                        where f.tenant = s.tenant and f.key = s.key), 0))
+             from concurrency_slots s where s.tenant = $1::text and s.key = $2::text) as counted,
             (select count(*)::int from tasks where tenant = $1::text and concurrency_key = $2::text and status = 'running') as actual`,
     [tenant, key],
   );
@@ -189,6 +191,37 @@ describe('concurrency limits', () => {
     expect((await getTask(t.db, 'acme', b!.task!.id))!.status).toBe('scheduled');
     // The parked one was woken and is claimed next.
     expect((await h.sweep({ now: at(3) })).claimed).toBe(1);
+    expect(await expectSlotMatches('acme', 'k')).toBe(1);
+  });
+
+  it('a wake skipped on a locked row: the sweep wakes the task from the frees no claim has counted yet, and the claim counts them', async () => {
+    await h.enqueue(Array.from({ length: 2 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 1 } })), { now: T0 });
+    expect((await h.sweep({ now: T0 })).claimed).toBe(1);
+    const [waiting] = await t.db.query<{ id: string }>(`select id::text from tasks where parked`);
+    // Someone holds the parked task's row while the first task finishes: the
+    // finish's wake skips it, and its free waits in the ledger.
+    const other = await t.open({ maxConnections: 1 });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    const holder = other.transaction(async (tx) => {
+      await tx.query(`select 1 from tasks where id = $1::bigint for update`, [waiting!.id]);
+      locked();
+      await held;
+    });
+    await isLocked;
+    await h.consume(h.outbox.take().map((m) => m.body), { now: at(1) });
+    release();
+    await holder;
+    await other.close();
+    const ledger = await t.db.query<{ n: number }>(`select coalesce(sum(n), 0)::int as n from concurrency_frees`);
+    expect(ledger[0]!.n).toBe(1);
+    expect((await t.db.query(`select 1 from tasks where parked`)).length).toBe(1);
+    expect(await expectSlotMatches('acme', 'k')).toBe(0);
+    // The sweep's safety net wakes it and the claim takes the slot, counting the free.
+    expect((await h.sweep({ now: at(2) })).claimed).toBe(1);
+    expect((await t.db.query(`select 1 from concurrency_frees`)).length).toBe(0);
     expect(await expectSlotMatches('acme', 'k')).toBe(1);
   });
 

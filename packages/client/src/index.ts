@@ -23,6 +23,7 @@ import type {
   Attempt,
   MinuteStats,
   ConcurrencySlot,
+  RateLimitState,
 } from './types.ts';
 
 export type * from './types.ts';
@@ -210,6 +211,11 @@ export function createClient(options: ClientOptions) {
     get: async (key: string) => (await call<ConcurrencySlot>('GET', `/v1/concurrency/${seg(key)}`)).body,
   };
 
+  /** Flow control: a rate-limited key's limit, next allowed start and waiting tasks (ApiError 404 until one of its tasks was claimed). */
+  const rateLimits = {
+    get: async (key: string) => (await call<RateLimitState>('GET', `/v1/rate-limits/${seg(key)}`)).body,
+  };
+
   const stats = {
     /** Per queue and minute over the last `minutes` (default 60): finished by outcome, due-to-start p50/p99. */
     finished: async (minutes?: number) =>
@@ -241,7 +247,7 @@ export function createClient(options: ClientOptions) {
 
   const health = async () => (await call<{ ok: boolean }>('GET', '/healthz')).body;
 
-  return { tasks, schedules, queues, concurrency, signingSecret, stats, admin, health };
+  return { tasks, schedules, queues, concurrency, rateLimits, signingSecret, stats, admin, health };
 }
 
 export type Client = ReturnType<typeof createClient>;

@@ -27,6 +27,12 @@ interface TaskOptions {
    * characters) run at once; the most recently enqueued task's limit applies.
    */
   concurrency?: Concurrency;
+  /**
+   * At most `limit` (1-10,000) starts of the tenant's tasks with this `key`
+   * per `periodSeconds` (1-86,400), spaced at least periodSeconds / limit
+   * apart; tasks over it wait (their runAt moves), spending no attempt.
+   */
+  rateLimit?: RateLimit;
   /** -10 to 10 (default 0): higher first within the tenant's fair share, never more than the share. */
   priority?: number;
   /**
@@ -45,6 +51,20 @@ export interface Callback {
 export interface Concurrency {
   key: string;
   limit: number;
+}
+
+export interface RateLimit {
+  key: string;
+  limit: number;
+  periodSeconds: number;
+}
+
+/** `GET /v1/rate-limits/:key`. */
+export interface RateLimitState extends RateLimit {
+  /** The earliest instant the key's next task may start (null: now). */
+  nextStartAt: string | null;
+  /** Tasks of this key waiting to start (scheduled, queued or claimed early). */
+  waiting: number;
 }
 
 /** `GET /v1/concurrency/:key`. */
@@ -100,6 +120,7 @@ export interface Task {
   /** The terminal task this one replays. */
   replayOf: string | null;
   concurrency: Concurrency | null;
+  rateLimit: RateLimit | null;
   priority: number;
   /** What the handler returned (any JSON, at most 64 KiB), once the task succeeded; null before. */
   result: unknown;
@@ -162,6 +183,7 @@ export interface Schedule {
   timeout: number;
   delivery: Delivery;
   concurrency: Concurrency | null;
+  rateLimit: RateLimit | null;
   priority: number;
   callback: Callback | null;
   misfire: Misfire;

@@ -75,7 +75,8 @@ const tasksReplayTerminal = sql(
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    originals as (
      select t.id, t.queue, t.task, t.payload, t.max_attempts, t.backoff_base_ms, t.backoff_max_ms,
-            t.timeout_ms, t.delivery, t.concurrency_key, t.concurrency_limit, t.priority, t.callback
+             t.timeout_ms, t.delivery, t.concurrency_key, t.concurrency_limit, t.priority, t.callback,
+             t.rate_key, t.rate_limit, t.rate_period_seconds
      from tasks t
      where ${MATCH_PREDICATES}
        and t.status in ('succeeded', 'dead', 'cancelled', 'missed')
@@ -95,10 +96,11 @@ const tasksReplayTerminal = sql(
    ${FAIR_VTIME_OF_INPUT}
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                            backoff_max_ms, timeout_ms, delivery, vtime, replay_of, created_at, updated_at,
-                           concurrency_key, concurrency_limit, priority, callback)
+                           concurrency_key, concurrency_limit, priority, callback, rate_key, rate_limit, rate_period_seconds)
    select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
           r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
-          r.vtime, r.id, clock.now, clock.now, r.concurrency_key, r.concurrency_limit, r.priority, r.callback
+          r.vtime, r.id, clock.now, clock.now, r.concurrency_key, r.concurrency_limit, r.priority, r.callback,
+          r.rate_key, r.rate_limit, r.rate_period_seconds
    from rows r, clock
    order by r.id
    on conflict (replay_of) where replay_of is not null do nothing

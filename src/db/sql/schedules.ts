@@ -329,13 +329,16 @@ const schedulesFireOccurrences = sql(
    inserted as (
      insert into tasks (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                         backoff_max_ms, timeout_ms, delivery, schedule_id, scheduled_for, finished_at,
-                        last_error, created_at, updated_at, concurrency_key, concurrency_limit, priority, callback)
+                        last_error, created_at, updated_at, concurrency_key, concurrency_limit, priority, callback,
+                        rate_key, rate_limit, rate_period_seconds)
      select s.tenant, s.queue, s.task, s.payload, o.status, o.scheduled_for, s.max_attempts,
             (s.options->>'backoffBaseMs')::int, (s.options->>'backoffMaxMs')::int, (s.options->>'timeoutMs')::int,
             s.options->>'delivery', s.id, o.scheduled_for,
             case when o.status = 'missed' then clock.now end, o.note, clock.now, clock.now,
             s.options->'concurrency'->>'key', (s.options->'concurrency'->>'limit')::int,
-            coalesce((s.options->>'priority')::smallint, 0), nullif(s.options->'callback', 'null'::jsonb)
+            coalesce((s.options->>'priority')::smallint, 0), nullif(s.options->'callback', 'null'::jsonb),
+            s.options->'rateLimit'->>'key', (s.options->'rateLimit'->>'limit')::int,
+            (s.options->'rateLimit'->>'periodSeconds')::int
      from occ o join schedules s on s.id = o.schedule_id, clock
      order by o.scheduled_for
      on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing

@@ -16,6 +16,7 @@
 import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
+import { RATE_LIMIT_START_WAIT_SECONDS } from '../../tasks/options.ts';
 import {
   shownStatusSql,
   TASK_COLUMNS,
@@ -69,6 +70,10 @@ export interface NewTask {
   /** Flow control (issue 16): at most `concurrencyLimit` running tasks of this tenant with this key. */
   concurrencyKey: string | null;
   concurrencyLimit: number | null;
+  /** Rate limit (issue 16): at most `rateLimit` starts per `ratePeriodSeconds` of this tenant's tasks with this key. */
+  rateKey: string | null;
+  rateLimit: number | null;
+  ratePeriodSeconds: number | null;
   /** -10..10: which of the tenant's tasks fills its fair share first. */
   priority: number;
   /** Completion callback (issue 15), or null. */
@@ -196,10 +201,11 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
    input as (
      select i.*, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
      from unnest($4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::bigint[], $9::int[], $10::int[],
-                 $11::int[], $12::int[], $13::text[], $14::text[], $18::text[], $19::int[], $20::int[], $21::jsonb[])
+                 $11::int[], $12::int[], $13::text[], $14::text[], $18::text[], $19::int[], $20::int[], $21::jsonb[],
+                 $22::text[], $23::int[], $24::int[])
           with ordinality as i(queue, task, payload, run_at, delay_ms, max_attempts, backoff_base_ms,
                                backoff_max_ms, timeout_ms, delivery, idempotency_key, concurrency_key,
-                               concurrency_limit, priority, callback, ord),
+                               concurrency_limit, priority, callback, rate_key, rate_limit, rate_period_seconds, ord),
           clock, pending_quota,
           lateral (select coalesce(i.run_at, clock.now + coalesce(i.delay_ms, 0) * interval '1 millisecond') as due_at) d
      where pending_quota.ok and not exists (select 1 from spent_idempotency_keys s
@@ -216,11 +222,12 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
    ${FAIR_VTIME_OF_INPUT}
    insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                            backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at,
-                           traceparent, tracestate, concurrency_key, concurrency_limit, priority, callback)
+                           traceparent, tracestate, concurrency_key, concurrency_limit, priority, callback,
+                           rate_key, rate_limit, rate_period_seconds)
    select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
           r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
           r.idempotency_key, r.vtime, clock.now, clock.now, $16::text, $17::text,
-          r.concurrency_key, r.concurrency_limit, r.priority, r.callback
+          r.concurrency_key, r.concurrency_limit, r.priority, r.callback, r.rate_key, r.rate_limit, r.rate_period_seconds
    from rows r, clock
    order by r.ord
 `;
@@ -240,6 +247,9 @@ const tasksInsertBatch = sql(
      concurrency_key   = case when ${NOT_STARTED} then excluded.concurrency_key else t.concurrency_key end,
      concurrency_limit = case when ${NOT_STARTED} then excluded.concurrency_limit else t.concurrency_limit end,
      priority   = case when ${NOT_STARTED} then excluded.priority else t.priority end,
+     rate_key   = case when ${NOT_STARTED} then excluded.rate_key else t.rate_key end,
+     rate_limit = case when ${NOT_STARTED} then excluded.rate_limit else t.rate_limit end,
+     rate_period_seconds = case when ${NOT_STARTED} then excluded.rate_period_seconds else t.rate_period_seconds end,
      parked     = case when ${NOT_STARTED} then false else t.parked end,
      -- reschedule_if_claimed_not_started: undo the early claim.
      lease_epoch      = case when ${CLAIMED_NOT_STARTED} then t.lease_epoch + 1 else t.lease_epoch end,
@@ -300,6 +310,9 @@ export async function insertTasks(
     col('concurrencyLimit'),
     col('priority'),
     p.tasks.map((t) => (t.callback ? JSON.stringify(t.callback) : null)),
+    col('rateKey'),
+    col('rateLimit'),
+    col('ratePeriodSeconds'),
   ]);
   if (plain) {
     // Inserted in input order, so the ids ascend in that order.
@@ -337,6 +350,9 @@ export async function insertTasks(
           concurrency_limit: input.concurrencyLimit,
           priority: input.priority,
           callback: input.callback,
+          rate_key: input.rateKey,
+          rate_limit: input.rateLimit,
+          rate_period_seconds: input.ratePeriodSeconds,
         }),
         created: true,
       };
@@ -474,6 +490,16 @@ export interface ClaimedTask {
  * rest are `parked` (out of the runnable index: later claims never re-read
  * them, and the batch's other keys and tenants are claimed in the same
  * statement). A freed slot wakes a parked task (migration 0016's trigger).
+ *
+ * Rate limits (issue 16, `rate_lines`, migration 0018): each rate-limited
+ * task of the batch is reserved a start on its key's claim line (GCRA
+ * without bursts: a step of period / limit after the previous reservation,
+ * never before its due time) and sent for it (run_at moves there). A
+ * reservation beyond the look-ahead ($7) is not taken: the task goes back to
+ * `scheduled` at that time (no attempt spent) and counts with the parked in
+ * the returned count, so the sweep keeps claiming past it. Rate is decided
+ * before concurrency: a reserved task the key's slots then park leaves a gap
+ * in the line (fewer starts, never more).
  */
 const tasksClaimRunnable = sql(
   'tasks_claim_runnable',
@@ -489,11 +515,16 @@ const tasksClaimRunnable = sql(
    shares as (select tenant, count(*)::int as k from slots group by tenant),
    best_locked as (
      select b.* from shares s cross join lateral (
-       select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit from tasks t
+       select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit,
+              t.rate_key, t.rate_limit, t.rate_period_seconds from tasks t
        where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
        order by t.priority desc, t.run_at, t.id
        limit s.k
        for update of t skip locked) b
+     -- At most the batch (the shares sum to it): no change, but the planner
+     -- then estimates the batch, not 600 rows per tenant, and keeps the
+     -- statement's cost under jit_above_cost (JIT compiled it in 4 s).
+     limit $3::int
    ),
    best as (
      select b.*, row_number() over (partition by b.tenant order by b.priority desc, b.run_at, b.id) as rank
@@ -503,7 +534,8 @@ const tasksClaimRunnable = sql(
      select s.tenant, s.vtime, row_number() over (partition by s.tenant order by s.vtime, s.id) as rank from slots s
    ),
    picked as (
-     select b.id, b.tenant, b.concurrency_key, b.concurrency_limit, coalesce(v.vtime, b.vtime) as vtime
+     select b.id, b.tenant, b.concurrency_key, b.concurrency_limit, coalesce(v.vtime, b.vtime) as vtime,
+            b.run_at, b.rate_key, b.rate_limit, b.rate_period_seconds
      from best b left join slot_vtimes v on v.tenant = b.tenant and v.rank = b.rank
    ),
    displaced as (
@@ -519,32 +551,103 @@ const tasksClaimRunnable = sql(
      from displaced d, clock
      where t.id = d.id
    ),
+   rate_ranked as (
+     select p.id, p.tenant, p.rate_key, greatest(p.run_at, clock.now) as due,
+            first_value(p.rate_limit) over newest as max_starts,
+            first_value(p.rate_period_seconds) over newest as period_seconds,
+            row_number() over (partition by p.tenant, p.rate_key order by p.run_at, p.vtime, p.id) as pos
+     from picked p, clock
+     where p.rate_key is not null
+     window newest as (partition by p.tenant, p.rate_key order by p.id desc)
+   ),
+   rate_base as (
+     select r.*, rate_limit_step(r.max_starts, r.period_seconds) as step,
+            max(r.due - (r.pos - 1) * rate_limit_step(r.max_starts, r.period_seconds))
+              over (partition by r.tenant, r.rate_key order by r.pos) as base
+     from rate_ranked r
+   ),
+   rate_groups as (
+     select b.tenant, b.rate_key, b.max_starts, b.period_seconds, b.step, array_agg(b.base order by b.pos) as bases
+     from rate_base b
+     group by b.tenant, b.rate_key, b.max_starts, b.period_seconds, b.step
+   ),
+   -- reserve_within_lookahead: only starts the look-ahead may send move the
+   -- line (rate_limit_line_after, migration 0018).
+   rate_lines as (
+     insert into rate_limits as l (tenant, key, max_starts, period_seconds, next_claim_at)
+     select g.tenant, g.rate_key, g.max_starts, g.period_seconds,
+            rate_limit_line_after('-infinity', g.bases, g.step, clock.now + make_interval(secs => $7::int))
+     from rate_groups g, clock
+     order by g.tenant, g.rate_key
+     on conflict (tenant, key) do update set
+       max_starts = excluded.max_starts,
+       period_seconds = excluded.period_seconds,
+       claim_from = l.next_claim_at,
+       next_claim_at = rate_limit_line_after(
+         l.next_claim_at,
+         (select g.bases from rate_groups g where g.tenant = l.tenant and g.rate_key = l.key),
+         rate_limit_step(excluded.max_starts, excluded.period_seconds),
+         (select now from clock) + make_interval(secs => $7::int)),
+       updated_at = now()
+     returning l.tenant, l.key, l.claim_from
+   ),
+   rated as (
+     select p.*, r.start_at, coalesce(r.start_at > clock.now + make_interval(secs => $7::int), false) as deferred
+     from picked p
+     left join (select b.id, greatest(g.claim_from, b.base) + (b.pos - 1) * b.step as start_at
+                from rate_base b join rate_lines g on g.tenant = b.tenant and g.key = b.rate_key) r on r.id = p.id,
+     clock
+   ),
    wanted as (
      select tenant, concurrency_key as key, count(*)::int as n, max(concurrency_limit) as max_running
-     from picked where concurrency_key is not null group by tenant, concurrency_key
+     from rated where concurrency_key is not null and not deferred group by tenant, concurrency_key
    ),
+   -- Slots freed since the last claim of these keys (migration 0018's
+   -- ledger): taken with SKIP LOCKED, so each is counted by exactly one
+   -- claim and a claim never waits for another's; one committed after this
+   -- statement's snapshot counts at the next claim (never over the limit).
+   freed_rows as (
+     delete from concurrency_frees f
+     where f.id in (select x.id from concurrency_frees x join wanted w on w.tenant = x.tenant and w.key = x.key
+                    order by x.id
+                    for update of x skip locked)
+     returning f.tenant, f.key, f.n
+   ),
+   freed as (select tenant, key, sum(n)::int as n from freed_rows group by tenant, key),
    slot_counts as (
      insert into concurrency_slots as s (tenant, key, max_running, running, granted)
      select w.tenant, w.key, w.max_running, least(w.n, w.max_running), least(w.n, w.max_running)
      from wanted w order by w.tenant, w.key
      on conflict (tenant, key) do update set
        granted = greatest(0, least((select w.n from wanted w where w.tenant = s.tenant and w.key = s.key),
-                                   s.max_running - s.running)),
-       running = s.running + greatest(0, least((select w.n from wanted w where w.tenant = s.tenant and w.key = s.key),
-                                               s.max_running - s.running)),
+                                   s.max_running - greatest(0, s.running - coalesce(
+                                     (select f.n from freed f where f.tenant = s.tenant and f.key = s.key), 0)))),
+       running = greatest(0, s.running - coalesce((select f.n from freed f where f.tenant = s.tenant and f.key = s.key), 0))
+                 + greatest(0, least((select w.n from wanted w where w.tenant = s.tenant and w.key = s.key),
+                                     s.max_running - greatest(0, s.running - coalesce(
+                                       (select f.n from freed f where f.tenant = s.tenant and f.key = s.key), 0)))),
        updated_at = now()
      returning s.tenant, s.key, s.granted
    ),
    decided as (
-     select p.id, p.vtime, p.concurrency_key is null
-                  or row_number() over (partition by p.tenant, p.concurrency_key order by p.vtime, p.id)
-                     <= coalesce(g.granted, 0) as takes_slot
-     from picked p left join slot_counts g on g.tenant = p.tenant and g.key = p.concurrency_key
+     select p.id, p.vtime, p.start_at, p.deferred,
+            not p.deferred
+            and (p.concurrency_key is null
+                 or row_number() over (partition by p.tenant, p.concurrency_key, p.deferred order by p.vtime, p.id)
+                    <= coalesce(g.granted, 0)) as takes_slot
+     from rated p left join slot_counts g on g.tenant = p.tenant and g.key = p.concurrency_key
    ),
    parked as (
      update tasks t set parked = true, vtime = d.vtime, updated_at = clock.now
      from decided d, clock
-     where t.id = d.id and not d.takes_slot
+     where t.id = d.id and not d.takes_slot and not d.deferred
+   ),
+   -- Over its key's rate beyond the look-ahead: back to scheduled at the time
+   -- the line allows (no attempt spent); the promote brings it back.
+   deferred as (
+     update tasks t set status = 'scheduled', run_at = d.start_at, vtime = null, updated_at = clock.now
+     from decided d, clock
+     where t.id = d.id and d.deferred
    ),
    claimed as (
      update tasks t set
@@ -554,7 +657,8 @@ const tasksClaimRunnable = sql(
        lease_epoch = t.lease_epoch + 1,
        claimed_by = $4::text,
        claim_token = $6::uuid,
-       lease_expires_at = greatest(t.run_at, clock.now) + make_interval(secs => $5::int),
+       run_at = coalesce(d.start_at, t.run_at),
+       lease_expires_at = greatest(coalesce(d.start_at, t.run_at), clock.now) + make_interval(secs => $5::int),
        dispatched_at = null,
        started_at = null,
        updated_at = clock.now
@@ -576,7 +680,16 @@ const tasksClaimRunnable = sql(
 
 export async function claimTasks(
   q: Queryable,
-  p: { now?: Now; queue: string; limit: number; claimedBy: string; leaseSeconds: number; claimToken?: string },
+  p: {
+    now?: Now;
+    queue: string;
+    limit: number;
+    claimedBy: string;
+    leaseSeconds: number;
+    claimToken?: string;
+    /** How far ahead a rate-limited task may be reserved a start (the look-ahead); default 60. */
+    lookaheadSeconds?: number;
+  },
 ): Promise<{ claimed: ClaimedTask[]; parked: number }> {
   const claimToken = p.claimToken ?? crypto.randomUUID();
   const rows = await q.query<{
@@ -588,7 +701,7 @@ export async function claimTasks(
     parked: number | null;
   }>(
     tasksClaimRunnable,
-    [at(p.now), p.queue, p.limit, p.claimedBy, p.leaseSeconds, claimToken],
+    [at(p.now), p.queue, p.limit, p.claimedBy, p.leaseSeconds, claimToken, p.lookaheadSeconds ?? 60],
   );
   const claimed = rows
     .filter((r) => r.id !== null)
@@ -615,8 +728,11 @@ export async function claimTasks(
 const tasksWakeParked = sql(
   'tasks_wake_parked',
   `with room as (
-     select s.tenant, s.key, s.max_running - s.running as free from concurrency_slots s
-     where s.running < s.max_running
+     select s.tenant, s.key, s.max_running - h.running as free
+     from concurrency_slots s,
+          lateral (select greatest(0, s.running - coalesce((select sum(f.n)::int from concurrency_frees f
+                                                            where f.tenant = s.tenant and f.key = s.key), 0)) as running) h
+     where h.running < s.max_running
        and exists (select 1 from tasks p where p.status = 'queued' and p.parked
                    and p.tenant = s.tenant and p.concurrency_key = s.key)
      order by s.tenant, s.key
@@ -646,7 +762,7 @@ export interface LostFence {
   currentEpoch: number | null;
   currentStatus: TaskStatus | null;
   /** Set when the write was refused rather than lost: the start of a task whose queue is paused. */
-  reason?: 'queue_paused';
+  reason?: 'queue_paused' | 'rate_limited';
 }
 
 interface LostRow {
@@ -733,6 +849,8 @@ export interface StartedTask {
   task: Task;
   /** The W3C trace context of the request that enqueued it, if it had one. */
   trace: TraceContext | null;
+  /** Milliseconds until its start: above 0 only for a rate-limited task given a later place on its key's line. */
+  waitMs: number;
 }
 
 /** A matching message that arrived before its task's run_at: not started, to be started after `waitMs`. */
@@ -762,11 +880,80 @@ export interface EarlyTask {
  * the claim refunded, and comes back as lost with reason `queue_paused`. Both
  * branches read the queue's flag in the statement's one snapshot, so each
  * task takes exactly one of them.
+ *
+ * Rate limits (issue 16, refuse_over_rate): a rate-limited task starts on its
+ * key's start line once due, at greatest(now, line): a place up to $5 seconds
+ * later than now is taken at once (started_at set there; the consumer waits
+ * for it, so in that wait the task shows running: the one exception to
+ * start_only_when_due). The line moves a step past each place; the starts it
+ * records are therefore a step apart. One the line would push past
+ * its due time and more than $5 seconds from now goes back to `queued` (vtime kept,
+ * attempt refunded, run_at moved to when allowed) and comes back as lost
+ * with reason `rate_limited`.
  */
 const tasksStartIfClaimed = sql(
   'tasks_start_if_claimed',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    msg as (select * from unnest($2::bigint[], $3::bigint[]) as m(id, epoch)),
+   -- The batch's rate-limited tasks, locked before their keys' rows: every
+   -- statement takes task rows first, then rate_limits rows (a claim holding
+   -- a key's row never waits for a task row; unlocked here, a start holding
+   -- the key's row deadlocked against a claim, seen in the bench).
+   rate_locked as (
+     select t.id, t.tenant, t.rate_key, t.run_at, t.rate_limit, t.rate_period_seconds
+     from msg join tasks t on t.id = msg.id cross join clock
+     where t.id = any($2::bigint[]) and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+       and t.rate_key is not null
+       -- start_only_when_due: an early message takes no place on the line yet.
+       and t.run_at <= clock.now
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)
+     order by t.id
+     for no key update of t
+   ),
+   -- start_rate_of_key: the spacing is the key's, as its last claim set it
+   -- (from the most recently enqueued task it claimed), not that of the few
+   -- tasks this statement starts: early messages start in groups, each with
+   -- its own statement. The batch's newest only if the key has no row yet.
+   rate_due as (
+     select r.id, r.tenant, r.rate_key, greatest(clock.now, r.run_at) as due,
+            coalesce(k.max_starts, first_value(r.rate_limit) over newest) as max_starts,
+            coalesce(k.period_seconds, first_value(r.rate_period_seconds) over newest) as period_seconds,
+            row_number() over (partition by r.tenant, r.rate_key order by greatest(clock.now, r.run_at), r.id) as pos
+     from rate_locked r cross join clock
+          left join rate_limits k on k.tenant = r.tenant and k.key = r.rate_key
+     window newest as (partition by r.tenant, r.rate_key order by r.id desc)
+   ),
+   rate_base as (
+     select r.*, rate_limit_step(r.max_starts, r.period_seconds) as step,
+            max(r.due - (r.pos - 1) * rate_limit_step(r.max_starts, r.period_seconds))
+              over (partition by r.tenant, r.rate_key order by r.pos) as base
+     from rate_due r
+   ),
+   rate_starts as (
+     insert into rate_limits as l (tenant, key, max_starts, period_seconds, next_start_at)
+     select distinct on (b.tenant, b.rate_key) b.tenant, b.rate_key, b.max_starts, b.period_seconds,
+            coalesce((select max(x.base + x.pos * x.step) from rate_base x
+                      where x.tenant = b.tenant and x.rate_key = b.rate_key
+                        and x.base + (x.pos - 1) * x.step <= greatest(x.due, clock.now + make_interval(secs => $5::int))),
+                     '-infinity')
+     from rate_base b, clock
+     order by b.tenant, b.rate_key
+     on conflict (tenant, key) do update set
+       start_from = l.next_start_at,
+       -- start_line_advance: the line moves past every start it lets through.
+       next_start_at = coalesce((select max(greatest(l.next_start_at, x.base) + x.pos * x.step) from rate_base x
+                                 where x.tenant = l.tenant and x.rate_key = l.key
+                                   and greatest(l.next_start_at, x.base) + (x.pos - 1) * x.step
+                                       <= greatest(x.due, (select now from clock) + make_interval(secs => $5::int))),
+                                l.next_start_at),
+       updated_at = now()
+     returning l.tenant, l.key, l.start_from
+   ),
+   rate_decided as (
+     select b.id, s.start_at, s.start_at > greatest(b.due, clock.now + make_interval(secs => $5::int)) as over
+     from rate_base b join rate_starts g on g.tenant = b.tenant and g.key = b.rate_key, clock,
+          lateral (select greatest(g.start_from, b.base) + (b.pos - 1) * b.step as start_at) s
+   ),
    refused as (
      update tasks t set
        status = 'queued',
@@ -780,21 +967,44 @@ const tasksStartIfClaimed = sql(
        and exists (select 1 from queues q where q.name = t.queue and q.paused)
      returning t.id
    ),
+   -- refuse_over_rate: a start the line would push past the wait budget goes
+   -- back queued with its vtime, the attempt refunded, run_at moved to when
+   -- the line allows (the rows rate_due found startable, rechecked).
+   rate_refused as (
+     update tasks t set
+       status = 'queued',
+       attempts = t.attempts - 1,
+       run_at = rd.start_at,
+       dispatched_at = null,
+       lease_expires_at = null,
+       updated_at = clock.now
+     from rate_decided rd join msg on msg.id = rd.id, clock
+     where t.id = any($2::bigint[]) and t.id = rd.id and t.lease_epoch = msg.epoch
+       and t.status = 'running' and t.started_at is null and rd.over
+     returning t.id
+   ),
    started as (
      update tasks t set
-       started_at = clock.now,
+       -- A rate-limited start takes its place on the key's line: up to $5 s
+       -- later than now (the consumer waits for it); any other starts now.
+       run_at = coalesce(msg.start_at, t.run_at),
+       started_at = greatest(clock.now, coalesce(msg.start_at, clock.now)),
        -- The hand-off's time, from the batch's dispatch mark (now if the sweep died before writing it).
        dispatched_at = coalesce(t.dispatched_at,
                                 (select d.dispatched_at from dispatch_marks d where d.claim_token = t.claim_token),
                                 clock.now),
-       lease_expires_at = clock.now + make_interval(secs => (t.timeout_ms / 1000.0) + $4::int),
+       lease_expires_at = greatest(clock.now, coalesce(msg.start_at, clock.now))
+                          + make_interval(secs => (t.timeout_ms / 1000.0) + $4::int),
        updated_at = clock.now
-     from msg, clock
+     -- refuse_over_rate: not the starts the rate line pushed too far (rate_refused took them).
+     from (select m.*, rd.start_at from msg m left join rate_decided rd on rd.id = m.id
+           where not coalesce(rd.over, false)) msg, clock
      where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)
        and t.run_at <= clock.now
-     returning ${TASK_COLUMNS_T}, t.traceparent, t.tracestate
+     returning ${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
+               greatest(0, extract(epoch from t.started_at - clock.now) * 1000)::float8 as wait_ms
    ),
    -- Attempt history (migration 0017): a message that started nothing is
    -- recorded against its epoch, \`cancelled\` when the task was cancelled
@@ -811,17 +1021,20 @@ const tasksStartIfClaimed = sql(
      where m.id not in (select id from started)
        and not (cur.lease_epoch = m.epoch and cur.status = 'running' and cur.started_at is null)
    )
-   select s.*, null::float8 as wait_ms, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status,
+   select s.*, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status,
           true as started, null::text as reason
    from started s
    union all
    select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, null,
-          case when r.id is null then greatest(0, extract(epoch from cur.run_at - clock.now) * 1000)::float8 end,
-          m.epoch, cur.lease_epoch, case when r.id is not null then 'queued' else cur.status end, false,
+          case when r.id is null and rr.id is null
+               then greatest(0, extract(epoch from cur.run_at - clock.now) * 1000)::float8 end,
+          m.epoch, cur.lease_epoch, case when r.id is not null or rr.id is not null then 'queued' else cur.status end, false,
           case when r.id is not null then 'queue_paused'
+               when rr.id is not null then 'rate_limited'
                when cur.lease_epoch = m.epoch and cur.status = 'running' and cur.started_at is null and cur.run_at > clock.now
                then 'early' end
    from msg m cross join clock left join tasks cur on cur.id = m.id left join refused r on r.id = m.id
+        left join rate_refused rr on rr.id = m.id
    where m.id not in (select id from started)`,
 );
 
@@ -830,13 +1043,19 @@ export async function startTasks(
   p: { now?: Now; tasks: readonly { id: string; epoch: number }[]; leaseGraceSeconds: number },
 ): Promise<{ started: StartedTask[]; early: EarlyTask[]; lost: LostFence[] }> {
   const rows = await q.query<
-    TaskRow &
-      LostRow & { wait_ms: number | null; started: boolean; reason: 'queue_paused' | 'early' | null; traceparent: string | null; tracestate: string | null }
+    TaskRow & LostRow & {
+      wait_ms: number | null;
+      started: boolean;
+      reason: 'queue_paused' | 'rate_limited' | 'early' | null;
+      traceparent: string | null;
+      tracestate: string | null;
+    }
   >(tasksStartIfClaimed, [
     at(p.now),
     p.tasks.map((t) => t.id),
     p.tasks.map((t) => t.epoch),
     p.leaseGraceSeconds,
+    RATE_LIMIT_START_WAIT_SECONDS,
   ]);
   const started: StartedTask[] = [];
   const early: EarlyTask[] = [];
@@ -844,7 +1063,7 @@ export async function startTasks(
   for (const r of rows) {
     if (r.started) {
       const trace = r.traceparent ? { traceparent: r.traceparent, tracestate: r.tracestate } : null;
-      started.push({ task: taskFromRow(r), trace });
+      started.push({ task: taskFromRow(r), trace, waitMs: Number(r.wait_ms ?? 0) });
     } else if (r.reason === 'early') early.push({ id: String(r.id), epoch: Number(r.epoch), waitMs: Number(r.wait_ms) });
     else lost.push(r.reason ? { ...lostFromRow(r), reason: r.reason } : lostFromRow(r));
   }

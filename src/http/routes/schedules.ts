@@ -41,6 +41,7 @@ export function scheduleJson(s: Schedule) {
     timeout: s.options.timeoutMs / 1000,
     delivery: s.options.delivery,
     concurrency: s.options.concurrency ?? null,
+    rateLimit: s.options.rateLimit ?? null,
     priority: s.options.priority ?? 0,
     callback: s.options.callback ?? null,
     misfire: s.misfire,

@@ -1,0 +1,183 @@
+// Flow control (issue 16): rate limits per key. GCRA without bursts: the
+// claim reserves spaced starts, the fenced start enforces the line on the
+// starts it records. Time travels by the override; nothing sleeps.
+import { beforeEach, describe, expect, it } from 'vitest';
+import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
+import { createHarness, type Harness } from '../helpers/harness.ts';
+import type { TaskInput } from '../../src/tasks/enqueue.ts';
+
+const t = useTestDatabase();
+let h: Harness;
+
+beforeEach(async () => {
+  await resetTables(t.db);
+  h = createHarness(t.db);
+});
+
+const rated = (n: number, key = 'partner', limit = 5, periodSeconds = 1, extra: Partial<TaskInput> = {}): TaskInput[] =>
+  Array.from({ length: n }, () => ({ task: 'noop', rateLimit: { key, limit, periodSeconds }, ...extra }));
+
+interface Row {
+  id: string;
+  status: string;
+  run_at: Date;
+  started_at: Date | null;
+  attempts: number;
+}
+
+const rows = async (key = 'partner', tenant = 'acme') =>
+  t.db.query<Row>(
+    `select id::text, status, run_at, started_at, attempts from tasks where tenant = $1::text and rate_key = $2::text order by id`,
+    [tenant, key],
+  );
+
+/** The most starts any window of `periodMs` (half-open) holds, over the recorded starts. */
+function maxInWindow(starts: readonly Date[], periodMs: number): number {
+  const ms = starts.map((d) => d.getTime()).sort((a, b) => a - b);
+  let best = 0;
+  let lo = 0;
+  for (let hi = 0; hi < ms.length; hi++) {
+    while (ms[hi]! - ms[lo]! >= periodMs) lo++;
+    best = Math.max(best, hi - lo + 1);
+  }
+  return best;
+}
+
+/** Sweeps at `now` and delivers everything sent, `rounds` times. */
+async function cycle(now: Date, rounds = 3): Promise<void> {
+  for (let i = 0; i < rounds; i++) {
+    await h.sweep({ now });
+    const sent = h.outbox.take();
+    if (sent.length === 0) return;
+    await h.deliver(sent, { now });
+  }
+}
+
+describe('rate limits', () => {
+  it('limit 5 per second: 23 tasks due at once start 200 ms apart, no window holds more than 5, one attempt each', async () => {
+    await h.enqueue(rated(23), { now: T0 });
+    await cycle(T0);
+    const all = await rows();
+    expect(all.every((r) => r.status === 'succeeded')).toBe(true);
+    expect(all.every((r) => r.attempts === 1)).toBe(true);
+    const starts = all.map((r) => r.started_at!).sort((a, b) => a.getTime() - b.getTime());
+    // On schedule: the k-th start is T0 + k x 200 ms.
+    expect(starts.map((s) => s.getTime() - T0.getTime())).toEqual(Array.from({ length: 23 }, (_, k) => k * 200));
+    expect(maxInWindow(starts, 1000)).toBe(5);
+    const state = await t.db.query<{ next_claim_at: Date; next_start_at: Date }>(
+      `select next_claim_at, next_start_at from rate_limits where tenant = 'acme' and key = 'partner'`,
+    );
+    expect(state[0]!.next_start_at.getTime()).toBe(at(23 * 0.2).getTime());
+  });
+
+  it('a backlog beyond the look-ahead goes back to scheduled at the time the limit allows, no attempt spent, and starts on schedule later', async () => {
+    await h.enqueue(rated(400), { now: T0 });
+    const counts = await h.sweep({ now: T0 });
+    expect(counts).toBeDefined();
+    const first = await rows();
+    const claimed = first.filter((r) => r.status === 'running');
+    const waiting = first.filter((r) => r.status === 'scheduled');
+    // 60 s of look-ahead at 5 per second (a start at exactly now + 60 s is inside it).
+    expect(claimed.length).toBe(301);
+    expect(waiting.length).toBe(99);
+    expect(waiting.every((r) => r.attempts === 0)).toBe(true);
+    expect(Math.min(...waiting.map((r) => r.run_at.getTime()))).toBeGreaterThanOrEqual(at(60).getTime());
+    await h.deliver(h.outbox.take(), { now: T0 });
+    await cycle(at(30));
+    await cycle(at(90));
+    const all = await rows();
+    expect(all.filter((r) => r.status !== 'succeeded')).toEqual([]);
+    expect(all.every((r) => r.attempts === 1)).toBe(true);
+    const starts = all.map((r) => r.started_at!);
+    expect(maxInWindow(starts, 1000)).toBe(5);
+    expect(Math.max(...starts.map((s) => s.getTime()))).toBe(at(399 * 0.2).getTime());
+  });
+
+  it('late deliveries never bunch: the fenced start spaces them, and a start pushed past its wait budget goes back queued, attempt refunded', async () => {
+    await h.enqueue(rated(80), { now: T0 });
+    await h.sweep({ now: T0 });
+    const sent = h.outbox.take();
+    expect(sent.length).toBe(80);
+    // Every message arrives 20 s late, in one batch.
+    const late = at(20);
+    await h.consume(
+      sent.map((m) => m.body),
+      { now: late },
+    );
+    const after = await rows();
+    const started = after.filter((r) => r.started_at !== null);
+    const refused = after.filter((r) => r.status === 'queued');
+    // 10 s of wait budget at 200 ms: 51 start (now, now + 0.2 s, ..., now + 10 s).
+    expect(started.length).toBe(51);
+    expect(refused.length).toBe(29);
+    expect(refused.every((r) => r.attempts === 0)).toBe(true);
+    expect(Math.min(...refused.map((r) => r.run_at.getTime()))).toBe(late.getTime() + 51 * 200);
+    expect(maxInWindow(started.map((r) => r.started_at!), 1000)).toBe(5);
+    await cycle(at(21));
+    const all = await rows();
+    expect(all.filter((r) => r.status !== 'succeeded')).toEqual([]);
+    expect(all.every((r) => r.attempts === 1)).toBe(true);
+    expect(maxInWindow(all.map((r) => r.started_at!), 1000)).toBe(5);
+  });
+
+  it('a late message and the next one on time: the second waits for the line (starts stay a step apart)', async () => {
+    await h.enqueue(rated(2, 'pair', 1, 1), { now: T0 });
+    await h.sweep({ now: T0 });
+    const [a, b] = h.outbox.take().sort((x, y) => x.body.runAt - y.body.runAt);
+    expect(b!.body.runAt - a!.body.runAt).toBe(1000);
+    // A arrives 600 ms late, B exactly on time.
+    await h.consume([a!.body], { now: at(0.6) });
+    const outcome = await h.consume([b!.body], { now: at(1) });
+    expect(outcome.results.length).toBe(1);
+    const all = await rows('pair');
+    const starts = all.map((r) => r.started_at!.getTime() - T0.getTime()).sort((x, y) => x - y);
+    expect(starts).toEqual([600, 1600]);
+    expect(all.every((r) => r.status === 'succeeded' && r.attempts === 1)).toBe(true);
+  });
+
+  it("a hostile tenant's rate-limited backlog never holds back other keys or tenants", async () => {
+    await h.enqueue(rated(2000, 'slow', 1, 60), { now: T0, tenant: 'hostile' });
+    await h.enqueue(
+      Array.from({ length: 150 }, () => ({ task: 'noop' })),
+      { now: T0, tenant: 'good' },
+    );
+    await h.enqueue(rated(50, 'fast', 1000, 1), { now: T0, tenant: 'good' });
+    await h.enqueue(rated(50, 'other', 100, 1), { now: T0, tenant: 'hostile' });
+    await cycle(T0, 2);
+    const good = await t.db.query<{ status: string; n: number }>(
+      `select status, count(*)::int as n from tasks where tenant = 'good' group by status`,
+    );
+    expect(good).toEqual([{ status: 'succeeded', n: 200 }]);
+    expect((await rows('other', 'hostile')).every((r) => r.status === 'succeeded')).toBe(true);
+    const slow = await rows('slow', 'hostile');
+    // One start a minute: two inside the look-ahead (now and now + 60 s), the
+    // rest scheduled a minute apart, no attempt spent.
+    expect(slow.filter((r) => r.status === 'succeeded').length).toBe(2);
+    const waiting = slow.filter((r) => r.status !== 'succeeded');
+    expect(waiting.every((r) => r.attempts === 0)).toBe(true);
+    // Out of the runnable index: back to scheduled, no earlier than the line allows
+    // (estimates; each claim reserves only what its look-ahead sends).
+    expect(waiting.every((r) => r.status === 'scheduled')).toBe(true);
+    expect(Math.min(...waiting.map((r) => r.run_at.getTime()))).toBeGreaterThanOrEqual(at(120).getTime());
+  });
+
+  it('the same key with different limits: the most recently enqueued task claimed sets the spacing', async () => {
+    await h.enqueue(rated(3, 'k', 1, 1), { now: T0 });
+    await h.enqueue(rated(3, 'k', 2, 1), { now: T0 });
+    await cycle(T0);
+    const starts = (await rows('k')).map((r) => r.started_at!.getTime() - T0.getTime()).sort((x, y) => x - y);
+    expect(starts).toEqual([0, 500, 1000, 1500, 2000, 2500]);
+    const [row] = await t.db.query<{ max_starts: number }>(`select max_starts from rate_limits where key = 'k'`);
+    expect(row!.max_starts).toBe(2);
+  });
+
+  it("keys are per tenant: another tenant's tasks with the same key are not spaced by it", async () => {
+    await h.enqueue(rated(3, 'shared', 1, 10), { now: T0, tenant: 'a' });
+    await h.enqueue(rated(3, 'shared', 1, 10), { now: T0, tenant: 'b' });
+    await cycle(T0);
+    for (const tenant of ['a', 'b']) {
+      const starts = (await rows('shared', tenant)).map((r) => r.started_at!.getTime() - T0.getTime()).sort((x, y) => x - y);
+      expect(starts).toEqual([0, 10_000, 20_000]);
+    }
+  });
+});
