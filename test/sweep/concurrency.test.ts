@@ -59,8 +59,9 @@ describe('concurrent sweeps', () => {
         inFlight.push(c.consume(bodies, { now }).catch((error: unknown) => errors.push(error)));
       },
     };
-    const a = createHarness(t.db, { config: { sweepBatchSize: 50 } });
-    const b = createHarness(other, { config: { sweepBatchSize: 50 } });
+    // A budget no loaded machine runs out of: the test is about locks, not time.
+    const a = createHarness(t.db, { config: { sweepBatchSize: 50, sweepTimeBudgetMs: 300_000 } });
+    const b = createHarness(other, { config: { sweepBatchSize: 50, sweepTimeBudgetMs: 300_000 } });
     const n = 2000;
     await a.enqueue(Array.from({ length: n }, (_, i) => ({ task: 'noop', payload: { i } })), { now, tenant: 'interleaved' });
     const [ca, cb] = await Promise.all([
