@@ -292,29 +292,8 @@ export function retryAfterMs(value: string | null, now: Date): number | null {
 
 /** Reads at most MAX_RESPONSE_READ_BYTES and cancels the rest: a receiver cannot make us buffer megabytes. */
 async function readExcerpt(response: Response): Promise<string> {
-  if (!response.body) return '';
-  const reader = response.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  try {
-    while (total < MAX_RESPONSE_READ_BYTES) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      const chunk = value.subarray(0, MAX_RESPONSE_READ_BYTES - total);
-      chunks.push(chunk);
-      total += chunk.length;
-    }
-  } catch {
-    // A body that breaks off mid-read still leaves the status to report.
-  } finally {
-    reader.cancel().catch(() => {});
-  }
-  const bytes = new Uint8Array(total);
-  let offset = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, offset);
-    offset += chunk.length;
-  }
+  // A body that breaks off mid-read still leaves the status to report.
+  const { bytes } = await readBody(response, MAX_RESPONSE_READ_BYTES);
   // stream: true drops a multi-byte character cut at the byte limit instead of mangling it.
   const text = new TextDecoder().decode(bytes, { stream: true });
   return truncate(text.replace(/[\u0000-\u001f\u007f]+/g, ' ').replace(/\s+/g, ' ').trim(), MAX_EXCERPT_CHARS);
