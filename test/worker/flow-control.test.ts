@@ -15,6 +15,12 @@ const api = async (method: string, path: string, body?: unknown) => {
   });
   return { status: res.status, body: (await res.json()) as any };
 };
+const client = createClient({
+  baseUrl: 'https://scheduler.test',
+  key: env.ADMIN_TOKEN,
+  tenant,
+  fetch: (request) => exports.default.fetch(request),
+});
 
 describe('concurrency limits through the Worker', () => {
   it('a receiver counting overlapping requests sees at most the limit', async () => {
@@ -41,12 +47,6 @@ describe('concurrency limits through the Worker', () => {
     const overlap = (await (await fetch(`${env.RECEIVER_URL}/_overlap?path=${encodeURIComponent(path)}`)).json()) as { peak: number };
     expect(overlap.peak).toBeGreaterThanOrEqual(1);
     expect(overlap.peak).toBeLessThanOrEqual(2);
-    const client = createClient({
-      baseUrl: 'https://scheduler.test',
-      key: env.ADMIN_TOKEN,
-      tenant,
-      fetch: (request) => exports.default.fetch(request),
-    });
     expect(await client.concurrency.get('partner')).toEqual({ key: 'partner', running: 0, limit: 2, waiting: 0 });
     await expect(client.concurrency.get('nope')).rejects.toMatchObject({ status: 404 });
   }, 60_000);
@@ -83,12 +83,6 @@ describe('rate limits through the Worker', () => {
     // Started on the line 500 ms apart; the request itself adds a few ms of jitter.
     for (const gap of gaps) expect(gap).toBeGreaterThanOrEqual(400);
     expect(at[5]! - at[0]!).toBeGreaterThanOrEqual(2_400);
-    const client = createClient({
-      baseUrl: 'https://scheduler.test',
-      key: env.ADMIN_TOKEN,
-      tenant,
-      fetch: (request) => exports.default.fetch(request),
-    });
     expect(await client.rateLimits.get('partner-rate')).toMatchObject({ key: 'partner-rate', limit: 2, periodSeconds: 1, waiting: 0 });
     await expect(client.rateLimits.get('nope')).rejects.toMatchObject({ status: 404 });
   }, 60_000);

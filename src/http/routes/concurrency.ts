@@ -6,6 +6,15 @@ import { CONCURRENCY_KEY_MAX_LENGTH } from '../../tasks/options.ts';
 import type { App } from '../context.ts';
 import { commonErrors, json, notFoundError } from './common.ts';
 
+/** The `{key}` of both routes: a flow-control key, as tasks name it. */
+const KeyParams = z.object({
+  key: z
+    .string()
+    .min(1)
+    .max(CONCURRENCY_KEY_MAX_LENGTH)
+    .openapi({ param: { name: 'key', in: 'path' }, example: 'partner' }),
+});
+
 export const ConcurrencySlotSchema = z
   .object({
     key: z.string(),
@@ -19,15 +28,7 @@ const getSlotRoute = createRoute({
   method: 'get',
   path: '/v1/concurrency/{key}',
   summary: "A concurrency key's running count and limit, for the caller's tenant",
-  request: {
-    params: z.object({
-      key: z
-        .string()
-        .min(1)
-        .max(CONCURRENCY_KEY_MAX_LENGTH)
-        .openapi({ param: { name: 'key', in: 'path' }, example: 'partner' }),
-    }),
-  },
+  request: { params: KeyParams },
   responses: { 200: json(ConcurrencySlotSchema, 'The key'), ...commonErrors, ...notFoundError('concurrency key') },
 });
 
@@ -45,15 +46,7 @@ const getRateRoute = createRoute({
   method: 'get',
   path: '/v1/rate-limits/{key}',
   summary: "A rate-limited key's limit, next allowed start and waiting tasks, for the caller's tenant",
-  request: {
-    params: z.object({
-      key: z
-        .string()
-        .min(1)
-        .max(CONCURRENCY_KEY_MAX_LENGTH)
-        .openapi({ param: { name: 'key', in: 'path' }, example: 'partner' }),
-    }),
-  },
+  request: { params: KeyParams },
   responses: { 200: json(RateLimitStateSchema, 'The key'), ...commonErrors, ...notFoundError('rate limit key') },
 });
 
