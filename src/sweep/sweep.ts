@@ -9,20 +9,9 @@
 import { traceIdOf } from '../tracing/trace-context.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
-import {
-  claimTasks,
-  wakeParkedTasks,
-  listClaimableQueues,
-  markDispatched,
-  promoteDueTasks,
-  purgeFinishedTasks,
-  purgeSpentKeys,
-  reapExpiredLeases,
-  releaseClaims,
-  type ClaimedTask,
-  type LostFence,
-  type ReapCounts,
-} from '../db/sql/tasks.ts';
+import { claimTasks, wakeParkedTasks, listClaimableQueues, markDispatched, releaseIfUndispatched, type ClaimedTask } from '../db/sql/tasks-dispatch.ts';
+import { promoteDueTasks, purgeFinishedTasks, purgeSpentKeys, reapExpiredLeases, type ReapCounts } from '../db/sql/tasks-maintenance.ts';
+import type { LostFence } from '../db/sql/tasks-shared.ts';
 import { acquireDispatcherSlot, probeDueWork, releaseDispatcherSlot } from '../db/sql/dispatchers.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import type { Logger } from '../log.ts';
@@ -103,7 +92,7 @@ export interface SweepCounts extends DispatchCounts {
   budgetExhausted: boolean;
 }
 
-export function reportLostFences(log: Logger, step: string, lost: readonly LostFence[]): void {
+export function reportLostFences(log: Logger, step: 'finishIfRunning' | 'markDispatched', lost: readonly LostFence[]): void {
   for (const l of lost) {
     log.warn('fenced write lost', {
       step,
@@ -159,7 +148,7 @@ export async function sendClaimed(deps: SweepDeps, queue: string, claimed: Claim
   } catch (error) {
     // All claims go back, including those whose chunk went out: their
     // messages find the task queued (or re-claimed under a new epoch) and skip it.
-    counts.released = await releaseClaims(db, { now, tasks: claimed });
+    counts.released = await releaseIfUndispatched(db, { now, tasks: claimed });
     log.error('send to queue failed; claims released', { queue, claimed: claimed.length, released: counts.released, error });
     throw error;
   }
@@ -167,7 +156,7 @@ export async function sendClaimed(deps: SweepDeps, queue: string, claimed: Claim
 
   // One row per claimed batch, named by the token its tasks carry (one token per claim statement).
   const lost = await markDispatched(db, { now, claimTokens: [...new Set(claimed.map((c) => c.claimToken))], tasks: claimed });
-  reportLostFences(log, 'dispatch', lost);
+  reportLostFences(log, 'markDispatched', lost);
   // Traced tasks (W3C trace context from their enqueue) get a line each, carrying the trace id.
   const lostIds = new Set(lost.map((l) => l.id));
   for (const c of claimed) {

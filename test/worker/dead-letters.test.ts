@@ -8,7 +8,7 @@ import worker from '../../functions/index.ts';
 import { readConfig } from '../../src/config.ts';
 import { createNeonDb } from '../../src/db/neon.ts';
 import { silentLogger } from '../../src/log.ts';
-import { promoteDueTasks } from '../../src/db/sql/tasks.ts';
+import { promoteDueTasks } from '../../src/db/sql/tasks-maintenance.ts';
 import { dispatchRunnable, type TaskMessage } from '../../src/sweep/sweep.ts';
 
 const DLQ = 'edge-scheduler-tasks-dlq';
