@@ -26,7 +26,7 @@ import type { Logger } from '../log.ts';
 import { zodDetails } from '../zod-details.ts';
 import { MAX_EARLY_WAIT_SECONDS } from '../tasks/options.ts';
 import type { SigningSecretsLoader, SigningSecretStore } from '../tenants/signing-secrets.ts';
-import { reportLostFences, type TaskMessage } from '../sweep/sweep.ts';
+import { parseTaskMessage, reportLostFences, type TaskMessage } from '../queue/messages.ts';
 
 export type Verdict = 'ack' | 'retry';
 
@@ -83,14 +83,6 @@ function groupByWait(early: readonly EarlyTask[]): EarlyTask[][] {
 }
 
 const defaultSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-export function parseTaskMessage(body: unknown): TaskMessage | null {
-  const b = body as Partial<TaskMessage> | null;
-  if (!b || typeof b !== 'object') return null;
-  if (typeof b.id !== 'string' || !/^\d{1,19}$/.test(b.id)) return null;
-  if (typeof b.epoch !== 'number' || !Number.isSafeInteger(b.epoch) || b.epoch < 1) return null;
-  return { id: b.id, epoch: b.epoch, runAt: typeof b.runAt === 'number' ? b.runAt : 0 };
-}
 
 function lastErrorText(error: unknown): string {
   const text = error instanceof Error ? `${error.name === 'Error' ? '' : `${error.name}: `}${error.message}` : String(error);
