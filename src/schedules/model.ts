@@ -2,9 +2,12 @@
 import type { Delivery, TaskCallback } from '../tasks/model.ts';
 import type { RecurrenceUnit, ScheduleSpec } from './recurrence.ts';
 
-export type ScheduleKind = 'cron' | 'interval' | 'recurrence' | 'once';
-export type MisfirePolicy = 'run_once' | 'catch_up' | 'skip';
-export type OverlapPolicy = 'allow' | 'skip';
+export const SCHEDULE_KINDS = ['cron', 'interval', 'recurrence', 'once'] as const;
+export type ScheduleKind = (typeof SCHEDULE_KINDS)[number];
+export const MISFIRE_POLICIES = ['run_once', 'catch_up', 'skip'] as const;
+export type MisfirePolicy = (typeof MISFIRE_POLICIES)[number];
+export const OVERLAP_POLICIES = ['allow', 'skip'] as const;
+export type OverlapPolicy = (typeof OVERLAP_POLICIES)[number];
 
 /** What every occurrence task inherits, resolved against the defaults when the schedule was written. */
 export interface OccurrenceOptions {

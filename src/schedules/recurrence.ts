@@ -46,8 +46,8 @@ import { IANAZone } from 'luxon';
 import { createLru } from '../cache.ts';
 import { invalid, type ErrorDetail } from '../errors.ts';
 
-export type RecurrenceUnit = 'minutes' | 'hours' | 'days' | 'weeks' | 'months';
-export const RECURRENCE_UNITS: readonly RecurrenceUnit[] = ['minutes', 'hours', 'days', 'weeks', 'months'];
+export const RECURRENCE_UNITS = ['minutes', 'hours', 'days', 'weeks', 'months'] as const;
+export type RecurrenceUnit = (typeof RECURRENCE_UNITS)[number];
 
 export type ScheduleSpec =
   /** 5 fields, or 6 with seconds first. */

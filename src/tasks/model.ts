@@ -4,7 +4,8 @@ export const TASK_STATUSES = ['scheduled', 'queued', 'running', 'succeeded', 'de
 export type TaskStatus = (typeof TASK_STATUSES)[number];
 export const TERMINAL_STATUSES: readonly TaskStatus[] = ['succeeded', 'dead', 'cancelled', 'missed'];
 
-export type Delivery = 'at_least_once' | 'at_most_once';
+export const DELIVERIES = ['at_least_once', 'at_most_once'] as const;
+export type Delivery = (typeof DELIVERIES)[number];
 
 export interface Task {
   id: string;
