@@ -96,7 +96,7 @@ async function runAttempt(
   signingSecrets: SigningSecretsLoader,
 ): Promise<AttemptResult> {
   const { task } = started;
-  const base = { id: task.id, epoch: task.leaseEpoch, retryDelayMs: null };
+  const base = { id: task.id, epoch: task.epoch, retryDelayMs: null };
   const log = deps.log.child({
     taskId: task.id,
     tenant: task.tenant,
@@ -137,15 +137,15 @@ async function runAttempt(
     queue: task.queue,
     attempt: task.attempts,
     maxAttempts: task.maxAttempts,
-    epoch: task.leaseEpoch,
+    epoch: task.epoch,
     signal: controller.signal,
     log,
     signingSecrets: () => signingSecrets(task.tenant),
     trace: started.trace,
     async heartbeat(extendSeconds) {
       const seconds = extendSeconds ?? task.timeoutMs / 1000 + deps.config.leaseGraceSeconds;
-      const until = await extendLease(deps.db, { now, id: task.id, epoch: task.leaseEpoch, seconds });
-      if (until === null) throw new LeaseLostError(task.id, task.leaseEpoch);
+      const until = await extendLease(deps.db, { now, id: task.id, epoch: task.epoch, seconds });
+      if (until === null) throw new LeaseLostError(task.id, task.epoch);
     },
   };
   // For the attempt history: the error's name and message, and an http response's status.
@@ -305,7 +305,7 @@ export async function consumeBatch(
       started.map(async (s) => {
         const result = await runAttempt(deps, s, now, secrets);
         const status = await finisher.store(result);
-        settle(indexesOf({ id: s.task.id, epoch: s.task.leaseEpoch }), status === null ? 'retry' : 'ack');
+        settle(indexesOf({ id: s.task.id, epoch: s.task.epoch }), status === null ? 'retry' : 'ack');
         return { id: result.id, outcome: result.outcome, status: status ?? 'lost' };
       }),
     );

@@ -54,7 +54,7 @@ const cancelTaskRoute = createRoute({
     200: json(TaskSchema, 'Cancelled (or already cancelled)'),
     ...commonErrors,
     404: json(ErrorSchema, 'No such task for this tenant'),
-    409: json(ErrorSchema, 'The task has started or finished'),
+    ...conflictError('The task has started or finished'),
   },
 });
 
@@ -76,7 +76,7 @@ const cancelTaskByKeyRoute = createRoute({
     200: json(TaskSchema, 'Cancelled (or already cancelled)'),
     ...commonErrors,
     404: json(ErrorSchema, 'No task with this key for this tenant'),
-    409: json(ErrorSchema, 'The task has started or finished'),
+    ...conflictError('The task has started or finished'),
   },
 });
 

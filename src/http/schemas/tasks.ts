@@ -175,7 +175,7 @@ export function taskJson(t: Task): TaskJson {
     createdAt: t.createdAt.toISOString(),
     updatedAt: t.updatedAt.toISOString(),
     dispatchedAt: claimed ? null : iso(t.dispatchedAt),
-    dispatch: claimed ? { dispatchedAt: iso(t.dispatchedAt), epoch: t.leaseEpoch } : null,
+    dispatch: claimed ? { dispatchedAt: iso(t.dispatchedAt), epoch: t.epoch } : null,
     startedAt: iso(t.startedAt),
     finishedAt: iso(t.finishedAt),
     // The claim counts an attempt; it is spent only once the handler starts.
