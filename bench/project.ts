@@ -7,7 +7,8 @@ import { setTenantWeight } from '../src/db/sql/tenants.ts';
 import { consumeBatch } from '../src/consume/consume.ts';
 import type { TaskMessage } from '../src/queue/messages.ts';
 import { dispatchRunnable, sweepOnce } from '../src/sweep/sweep.ts';
-import { claimTasks, finishTasks, markDispatched, startTasks } from '../src/db/sql/tasks.ts';
+import { claimTasks, markDispatched } from '../src/db/sql/tasks-dispatch.ts';
+import { finishIfRunning, startIfClaimed } from '../src/db/sql/tasks-fence.ts';
 import { enqueueTasks, type TaskInput } from '../src/tasks/enqueue.ts';
 import {
   BENCH_TENANT,
@@ -490,9 +491,9 @@ export async function projectFencedWrites(ctx: Ctx, running: number, rounds = 20
     for (let r = 0; r < rounds; r++) {
       const claimed = await claim();
       const t0 = performance.now();
-      const { started } = await startTasks(db, { tasks: claimed, leaseGraceSeconds: benchConfig.leaseGraceSeconds });
+      const { started } = await startIfClaimed(db, { tasks: claimed, leaseGraceSeconds: benchConfig.leaseGraceSeconds });
       const t1 = performance.now();
-      const { finished } = await finishTasks(db, {
+      const { finished } = await finishIfRunning(db, {
         results: claimed.map((c) => ({ id: c.id, epoch: c.epoch, outcome: 'succeeded' as const, error: null, retryDelayMs: null })),
       });
       const t2 = performance.now();

@@ -17,7 +17,7 @@
 import { traceIdOf } from '../tracing/trace-context.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
-import { extendLease, finishTasks, startTasks, type AttemptResult, type EarlyTask, type StartedTask } from '../db/sql/tasks.ts';
+import { extendLeaseIfRunning, finishIfRunning, startIfClaimed, type AttemptResult, type EarlyTask, type StartedTask } from '../db/sql/tasks-fence.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import { attemptError, ResultError, resultText } from '../tasks/attempts.ts';
 import { LeaseLostError, PermanentError, RetryAfterError } from '../handlers/errors.ts';
@@ -144,7 +144,7 @@ async function runAttempt(
     trace: started.trace,
     async heartbeat(extendSeconds) {
       const seconds = extendSeconds ?? task.timeoutMs / 1000 + deps.config.leaseGraceSeconds;
-      const until = await extendLease(deps.db, { now, id: task.id, epoch: task.epoch, seconds });
+      const until = await extendLeaseIfRunning(deps.db, { now, id: task.id, epoch: task.epoch, seconds });
       if (until === null) throw new LeaseLostError(task.id, task.epoch);
     },
   };
@@ -219,9 +219,9 @@ export async function consumeBatch(
     round: number,
     onStatement: () => void = () => {},
   ): Promise<void> {
-    let start: Awaited<ReturnType<typeof startTasks>>;
+    let start: Awaited<ReturnType<typeof startIfClaimed>>;
     try {
-      start = await startTasks(db, { now, tasks, leaseGraceSeconds: config.leaseGraceSeconds });
+      start = await startIfClaimed(db, { now, tasks, leaseGraceSeconds: config.leaseGraceSeconds });
     } catch (error) {
       onStatement();
       log.error('fenced start failed; batch left for redelivery', { error });
@@ -342,9 +342,9 @@ function createFinisher(deps: ConsumeDeps, now: Date | undefined, faults: Faults
     const ids = group.map((w) => w.result.id);
     try {
       await faults('consume.after_handlers', { ids });
-      let finished: Awaited<ReturnType<typeof finishTasks>>;
+      let finished: Awaited<ReturnType<typeof finishIfRunning>>;
       try {
-        finished = await finishTasks(db, { now, results: group.map((w) => w.result) });
+        finished = await finishIfRunning(db, { now, results: group.map((w) => w.result) });
       } catch (error) {
         // The results are not stored: redeliveries find the attempts started
         // and skip them; the reaper then counts them failed (at least once).
@@ -352,7 +352,7 @@ function createFinisher(deps: ConsumeDeps, now: Date | undefined, faults: Faults
         for (const w of group) w.resolve(null);
         return;
       }
-      reportLostFences(log, 'finish', finished.lost);
+      reportLostFences(log, 'finishIfRunning', finished.lost);
       await faults('consume.after_finish', { ids });
       const statusOf = new Map(finished.finished.map((f) => [f.id, f.status as string]));
       for (const w of group) w.resolve(statusOf.get(w.result.id) ?? 'lost');

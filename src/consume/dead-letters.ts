@@ -13,7 +13,7 @@
 // holds. If the database is still unreachable the DLQ redelivers the batch;
 // past its own retries the reaper settles the task when its lease expires.
 import type { Db } from '../db/seam.ts';
-import { finishTasks } from '../db/sql/tasks.ts';
+import { finishIfRunning } from '../db/sql/tasks-fence.ts';
 import type { Logger } from '../log.ts';
 import { parseTaskMessage, type TaskMessage } from '../queue/messages.ts';
 import type { Verdict } from './consume.ts';
@@ -42,7 +42,7 @@ export async function settleDeadLetters(
   const unique = [...new Map(messages.filter((m): m is TaskMessage => m !== null).map((m) => [`${m.id}:${m.epoch}`, m])).values()];
   if (unique.length === 0) return { verdicts: bodies.map(() => 'ack'), settled: [], skipped: bodies.length };
   try {
-    const { finished, lost } = await finishTasks(db, {
+    const { finished, lost } = await finishIfRunning(db, {
       now: options.now,
       results: unique.map((m) => ({ id: m.id, epoch: m.epoch, outcome: 'failed' as const, error: DEAD_LETTER_ERROR, retryDelayMs: null })),
     });

@@ -1,6 +1,6 @@
 // The Queue message format, shared by the producers (sweep/, the enqueue kick)
 // and the consumer (consume/), so neither imports the other.
-import type { LostFence } from '../db/sql/tasks.ts';
+import type { LostFence } from '../db/sql/tasks-shared.ts';
 import type { Logger } from '../log.ts';
 
 /** What a Queue message carries: the task and the epoch it was claimed with. */
@@ -45,7 +45,7 @@ export function parseTaskMessage(body: unknown): TaskMessage | null {
 }
 
 /** A fenced write that found the task under another epoch or status: reported, nothing applied (dispatch marks, finishes). */
-export function reportLostFences(log: Logger, step: string, lost: readonly LostFence[]): void {
+export function reportLostFences(log: Logger, step: 'finishIfRunning' | 'markDispatched', lost: readonly LostFence[]): void {
   for (const l of lost) {
     log.warn('fenced write lost', {
       step,

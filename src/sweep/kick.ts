@@ -12,7 +12,7 @@
 //  - a kick runs a bounded number of rounds (the cron sweep is the safety net).
 import type { Config } from '../config.ts';
 import { isClaimFree } from '../db/sql/kick.ts';
-import { claimTasks } from '../db/sql/tasks.ts';
+import { claimTasks } from '../db/sql/tasks-dispatch.ts';
 import type { Db } from '../db/seam.ts';
 import type { Logger } from '../log.ts';
 import type { EnqueueResult } from '../tasks/enqueue.ts';

@@ -9,19 +9,8 @@
 import { traceIdOf } from '../tracing/trace-context.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
-import {
-  claimTasks,
-  wakeParkedTasks,
-  listClaimableQueues,
-  markDispatched,
-  promoteDueTasks,
-  purgeFinishedTasks,
-  purgeSpentKeys,
-  reapExpiredLeases,
-  releaseClaims,
-  type ClaimedTask,
-  type ReapCounts,
-} from '../db/sql/tasks.ts';
+import { claimTasks, wakeParkedTasks, listClaimableQueues, markDispatched, releaseIfUndispatched, type ClaimedTask } from '../db/sql/tasks-dispatch.ts';
+import { promoteDueTasks, purgeFinishedTasks, purgeSpentKeys, reapExpiredLeases, type ReapCounts } from '../db/sql/tasks-maintenance.ts';
 import { acquireDispatcherSlot, probeDueWork, releaseDispatcherSlot } from '../db/sql/dispatchers.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import type { Logger } from '../log.ts';
@@ -114,7 +103,7 @@ export async function sendClaimed(deps: SweepDeps, queue: string, claimed: Claim
   } catch (error) {
     // All claims go back, including those whose chunk went out: their
     // messages find the task queued (or re-claimed under a new epoch) and skip it.
-    counts.released = await releaseClaims(db, { now, tasks: claimed });
+    counts.released = await releaseIfUndispatched(db, { now, tasks: claimed });
     log.error('send to queue failed; claims released', { queue, claimed: claimed.length, released: counts.released, error });
     throw error;
   }
@@ -122,7 +111,7 @@ export async function sendClaimed(deps: SweepDeps, queue: string, claimed: Claim
 
   // One row per claimed batch, named by the token its tasks carry (one token per claim statement).
   const lost = await markDispatched(db, { now, claimTokens: [...new Set(claimed.map((c) => c.claimToken))], tasks: claimed });
-  reportLostFences(log, 'dispatch', lost);
+  reportLostFences(log, 'markDispatched', lost);
   // Traced tasks (W3C trace context from their enqueue) get a line each, carrying the trace id.
   const lostIds = new Set(lost.map((l) => l.id));
   for (const c of claimed) {

@@ -1,7 +1,7 @@
 // Cancel: allowed until the handler starts, including a task already handed
 // to the Queue with a delay (the consumer's fenced start then skips it).
 import type { Queryable } from '../db/seam.ts';
-import { cancelTaskIfNotStarted, getTask, getTaskByKey } from '../db/sql/tasks.ts';
+import { cancelTaskIfNotStarted, getTask, getTaskByKey } from '../db/sql/tasks-read.ts';
 import { conflict, notFound } from '../errors.ts';
 import type { Task } from './model.ts';
 

@@ -2,7 +2,7 @@
 import type { Config } from '../config.ts';
 import { isLostRace } from '../db/errors.ts';
 import type { Db } from '../db/seam.ts';
-import { findSpentKeys, insertTasks, type NewTask, type SpentKey } from '../db/sql/tasks.ts';
+import { findSpentKeys, insertTasks, type NewTask, type SpentKey } from '../db/sql/tasks-enqueue.ts';
 import { AppError, invalid, type ErrorDetail } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import type { TraceContext } from '../tracing/trace-context.ts';

@@ -10,7 +10,7 @@
 // keeps the batches before it; calling again continues from there.
 import type { Config } from '../config.ts';
 import type { Queryable } from '../db/seam.ts';
-import { getTask } from '../db/sql/tasks.ts';
+import { getTask } from '../db/sql/tasks-read.ts';
 import { BULK_BATCH_SIZE, getReplayOf, REPLAYABLE_STATUSES, replayTerminalTasks, type TaskMatch } from '../db/sql/replay.ts';
 import { conflict, notFound } from '../errors.ts';
 import type { Task } from './model.ts';

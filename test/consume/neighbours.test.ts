@@ -7,7 +7,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Verdict } from '../../src/consume/consume.ts';
-import { getTask } from '../../src/db/sql/tasks.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
 import type { TaskInput } from '../../src/tasks/enqueue.ts';
 import { resetTables, T0, at, useTestDatabase } from '../helpers/db.ts';

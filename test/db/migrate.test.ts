@@ -3,7 +3,9 @@ import { inject } from 'vitest';
 import { loadMigrations } from '../../scripts/migrations.ts';
 import { openNodeDb } from '../../scripts/node-db.ts';
 import { migrate } from '../../src/db/migrate.ts';
-import { finishTasks, getTask, reapExpiredLeases, startTasks } from '../../src/db/sql/tasks.ts';
+import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
+import { reapExpiredLeases } from '../../src/db/sql/tasks-maintenance.ts';
 import type { Db } from '../../src/db/seam.ts';
 import { databaseUrl } from '../setup/global.ts';
 
@@ -125,9 +127,9 @@ describe('migrate', () => {
     expect(await reapExpiredLeases(db, { now: new Date(s(61)), limit: 100, dispatchLeaseSeconds: 900 })).toEqual({ requeued: 1, retried: 0, dead: 0 });
     expect(await getTask(db, 'acme', '3')).toMatchObject({ status: 'queued', attempts: 0 });
     // The task marked the old way is still held, starts under its epoch and keeps its dispatch time.
-    const { started } = await startTasks(db, { now: new Date(s(62)), tasks: [{ id: '4', epoch: 1 }], leaseGraceSeconds: 30 });
+    const { started } = await startIfClaimed(db, { now: new Date(s(62)), tasks: [{ id: '4', epoch: 1 }], leaseGraceSeconds: 30 });
     expect(started.map((x) => [x.task.id, x.task.dispatchedAt])).toEqual([['4', new Date(s(0))]]);
-    const { finished } = await finishTasks(db, {
+    const { finished } = await finishIfRunning(db, {
       now: new Date(s(63)),
       results: ['4', '5'].map((id) => ({ id, epoch: 1, outcome: 'succeeded' as const, error: null, retryDelayMs: null })),
     });

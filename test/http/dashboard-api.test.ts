@@ -2,7 +2,7 @@
 // the per-minute series behind the charts; the queue table it polls.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { startTasks } from '../../src/db/sql/tasks.ts';
+import { startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { PermanentError } from '../../src/handlers/errors.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
 import { cancelTask } from '../../src/tasks/cancel.ts';
@@ -103,7 +103,7 @@ describe('GET /v1/queues', () => {
     await h.sweep({ now: at(90) });
     const sent = h.outbox.take();
     expect(sent).toHaveLength(2);
-    const start = await startTasks(t.db, { now: at(90), tasks: sent.map((m) => m.body), leaseGraceSeconds: 30 });
+    const start = await startIfClaimed(t.db, { now: at(90), tasks: sent.map((m) => m.body), leaseGraceSeconds: 30 });
     expect([start.started.length, start.early.length]).toEqual([1, 1]);
 
     api.setNow(at(100));

@@ -2,7 +2,7 @@
 // mid-statement (S5), and a commit whose reply is lost (S4).
 import { beforeEach, describe, expect, it } from 'vitest';
 import { openNodeDb } from '../../scripts/node-db.ts';
-import { getTask } from '../../src/db/sql/tasks.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
 import { inject } from 'vitest';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { latch } from '../helpers/faults.ts';

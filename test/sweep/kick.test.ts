@@ -2,7 +2,7 @@
 // isolate and queue, and it leaves at once when another claim of the queue is
 // at work instead of queueing behind it on the queue's row.
 import { beforeEach, describe, expect, it } from 'vitest';
-import { claimTasks } from '../../src/db/sql/tasks.ts';
+import { claimTasks } from '../../src/db/sql/tasks-dispatch.ts';
 import { setQueuePaused } from '../../src/db/sql/tenants.ts';
 import { countStatements } from '../../src/db/seam.ts';
 import { createKicker, STALE_KICK_MS } from '../../src/sweep/kick.ts';

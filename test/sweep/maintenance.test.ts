@@ -2,7 +2,7 @@
 // the time budget, and batch bounds (I9).
 import { beforeEach, describe, expect, it } from 'vitest';
 import { countStatements } from '../../src/db/seam.ts';
-import { getTask } from '../../src/db/sql/tasks.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
 import { sweepOnce } from '../../src/sweep/sweep.ts';
 import { silentLogger } from '../../src/log.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';

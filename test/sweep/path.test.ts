@@ -1,6 +1,6 @@
 // The walking skeleton in Node: enqueue, sweep, consume, succeeded.
 import { beforeEach, describe, expect, it } from 'vitest';
-import { getTask } from '../../src/db/sql/tasks.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
 import { useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 

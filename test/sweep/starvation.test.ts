@@ -5,7 +5,7 @@
 // larger than one pass can move. The pass starts at the first queue in name
 // order (random: 0), the hog's.
 import { beforeAll, describe, expect, it } from 'vitest';
-import { getTask } from '../../src/db/sql/tasks.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
 import type { TaskInput } from '../../src/tasks/enqueue.ts';
 import { resetTables, T0, at, useTestDatabase } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';

@@ -5,7 +5,9 @@
 // value is the task's `result`.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { finishTasks, getTask, purgeFinishedTasks } from '../../src/db/sql/tasks.ts';
+import { finishIfRunning } from '../../src/db/sql/tasks-fence.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
+import { purgeFinishedTasks } from '../../src/db/sql/tasks-maintenance.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
 import { MAX_RESULT_BYTES } from '../../src/tasks/attempts.ts';
 import { T0, at, resetTables, useTestDatabase } from '../helpers/db.ts';
@@ -166,7 +168,7 @@ describe('attempt history', () => {
   it('a finish that lost its fence writes no attempt', async () => {
     const [r] = await h.enqueue({ task: 'story' }, { now: T0 });
     await round(T0); // epoch 1 failed; the task waits for its retry
-    const stale = await finishTasks(t.db, { now: at(1), results: [{ id: r!.task!.id, epoch: 1, outcome: 'succeeded', error: null, retryDelayMs: null, result: '{"x":1}' }] });
+    const stale = await finishIfRunning(t.db, { now: at(1), results: [{ id: r!.task!.id, epoch: 1, outcome: 'succeeded', error: null, retryDelayMs: null, result: '{"x":1}' }] });
     expect(stale.finished).toEqual([]);
     expect((await attempts(r!.task!.id)).body.attempts).toHaveLength(1);
     expect((await getTask(t.db, 'acme', r!.task!.id))!.result).toBeNull();

@@ -1,7 +1,7 @@
 // Cancel: until the handler starts (even once handed to the Queue with a
 // delay, which the consumer then skips); 409 after; terminal states never move.
 import { beforeEach, describe, expect, it } from 'vitest';
-import { getTask } from '../../src/db/sql/tasks.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
 import { cancelTask } from '../../src/tasks/cancel.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';

@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Db } from '../../src/db/seam.ts';
-import { cancelTaskIfNotStarted, getTask } from '../../src/db/sql/tasks.ts';
+import { cancelTaskIfNotStarted, getTask } from '../../src/db/sql/tasks-read.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
 import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';

@@ -2,7 +2,7 @@
 // S1, S2, S3, S15): the task still reaches a terminal state, with the attempt
 // count the rules say, and never runs twice where that is promised.
 import { beforeEach, describe, expect, it } from 'vitest';
-import { getTask } from '../../src/db/sql/tasks.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
 import type { TaskInput } from '../../src/tasks/enqueue.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { Crash, crashAt } from '../helpers/faults.ts';

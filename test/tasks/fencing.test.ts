@@ -2,7 +2,9 @@
 // delivered twice runs once per epoch (S6), heartbeats are fenced too.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { finishTasks, getTask, reapExpiredLeases, startTasks } from '../../src/db/sql/tasks.ts';
+import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
+import { reapExpiredLeases } from '../../src/db/sql/tasks-maintenance.ts';
 import { LeaseLostError } from '../../src/handlers/errors.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
@@ -75,7 +77,7 @@ describe('S7: a stale consumer', () => {
     expect(after).toEqual(owner);
     expect(after).toMatchObject({ status: 'succeeded', epoch: 2, attempts: 2 });
     const lost = h.logs.find((l) => l.msg === 'fenced write lost');
-    expect(lost).toMatchObject({ step: 'finish', taskId: id, epoch: 1, currentEpoch: 2, currentStatus: 'succeeded' });
+    expect(lost).toMatchObject({ step: 'finishIfRunning', taskId: id, epoch: 1, currentEpoch: 2, currentStatus: 'succeeded' });
     expect(runs.map((r) => r.epoch)).toEqual([1, 2]);
     await expectOneCompletion(t.db);
   });
@@ -137,7 +139,7 @@ describe('S7: a stale worker while the new owner is still at work', () => {
     expect(late.results).toEqual([{ id, outcome: 'failed', status: 'lost' }]);
     expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'running', epoch: 2, lastError: expect.stringMatching(/lease expired/) });
     const lost = h.logs.find((l) => l.msg === 'fenced write lost');
-    expect(lost).toMatchObject({ step: 'finish', taskId: id, epoch: 1, currentEpoch: 2, currentStatus: 'running' });
+    expect(lost).toMatchObject({ step: 'finishIfRunning', taskId: id, epoch: 1, currentEpoch: 2, currentStatus: 'running' });
 
     // The new owner finishes: its result stands.
     newOwnerGate.open();
@@ -178,7 +180,7 @@ describe('S7: a stale worker while the new owner is still at work', () => {
     const a = await sweepA;
     expect(a).toMatchObject({ claimed: 1, dispatched: 0, lost: 1 });
     expect(await getTask(t.db, 'acme', id)).toEqual(owner);
-    const lost = h.logs.find((l) => l.msg === 'fenced write lost' && l.step === 'dispatch');
+    const lost = h.logs.find((l) => l.msg === 'fenced write lost' && l.step === 'markDispatched');
     expect(lost).toMatchObject({ taskId: id, epoch: 1, currentEpoch: 2, currentStatus: 'running' });
   });
 
@@ -327,7 +329,7 @@ describe('S7: a stale worker while the new owner is still at work', () => {
     // Fenced out, not failed: the result is refused and the message acknowledged.
     expect(late).toMatchObject({ verdicts: ['ack'], results: [{ id, outcome: 'succeeded', status: 'lost' }] });
     expect(h.logs.filter((l) => l.msg === 'fenced write lost')).toMatchObject([
-      { step: 'finish', taskId: id, epoch: 1, currentEpoch: 1, currentStatus: 'dead' },
+      { step: 'finishIfRunning', taskId: id, epoch: 1, currentEpoch: 1, currentStatus: 'dead' },
     ]);
     expect(await getTask(t.db, 'acme', id)).toEqual(dead);
   });
@@ -425,11 +427,11 @@ describe('S8: the reaper racing a completion', () => {
     await h.sweep({ now: T0 });
     const bodies = h.outbox.take().map((m) => m.body);
     // Start every attempt, then let the leases (1 s timeout + 30 s grace) run out.
-    await startTasks(t.db, { now: T0, tasks: bodies, leaseGraceSeconds: 30 });
+    await startIfClaimed(t.db, { now: T0, tasks: bodies, leaseGraceSeconds: 30 });
     const late = at(32);
     const other = await t.open({ maxConnections: 2 });
     const [finish, reaped] = await Promise.all([
-      finishTasks(t.db, { now: late, results: bodies.map((b) => ({ ...b, outcome: 'succeeded' as const, error: null, retryDelayMs: null })) }),
+      finishIfRunning(t.db, { now: late, results: bodies.map((b) => ({ ...b, outcome: 'succeeded' as const, error: null, retryDelayMs: null })) }),
       reapExpiredLeases(other, { now: late, limit: n, dispatchLeaseSeconds: 900 }),
     ]);
     // Every task went one way: finished by its owner, or reaped (and that finish lost).
@@ -446,11 +448,11 @@ describe('S8: the reaper racing a completion', () => {
     await h.enqueue({ task: 'count', timeout: 1 }, { now: T0 });
     await h.sweep({ now: T0 });
     const [m] = h.outbox.take();
-    await startTasks(t.db, { now: T0, tasks: [m!.body], leaseGraceSeconds: 30 });
+    await startIfClaimed(t.db, { now: T0, tasks: [m!.body], leaseGraceSeconds: 30 });
     expect(await reapExpiredLeases(t.db, { now: at(32), limit: 10, dispatchLeaseSeconds: h.config.dispatchLeaseSeconds })).toMatchObject({
       retried: 1,
     });
-    const late = await finishTasks(t.db, {
+    const late = await finishIfRunning(t.db, {
       now: at(33),
       results: [{ ...m!.body, outcome: 'succeeded', error: null, retryDelayMs: null }],
     });

@@ -2,7 +2,7 @@
 // existing task and is never resurrected — not even after retention deleted
 // the row — and concurrent enqueues with one key create one task (S14).
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { getTask } from '../../src/db/sql/tasks.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
 import type { Db } from '../../src/db/seam.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';

@@ -7,7 +7,8 @@ import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Db } from '../../src/db/seam.ts';
 import { fireOccurrences, lockDueSchedules } from '../../src/db/sql/schedules.ts';
-import { getTask, startTasks } from '../../src/db/sql/tasks.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
+import { startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
 import { planOccurrences } from '../../src/schedules/materialize.ts';
 import { deleteSchedule, pauseSchedule } from '../../src/schedules/service.ts';
@@ -100,7 +101,7 @@ describe('reschedule by idempotency key, after the look-ahead claimed and sent t
     const [a] = await h.enqueue({ task: 'record', payload: { v: 1 }, delay: 5, idempotencyKey: 'k' }, { now: T0 });
     await h.sweep({ now: T0 });
     const [sent] = h.outbox.take();
-    const started = await startTasks(t.db, { now: at(5), tasks: [sent!.body], leaseGraceSeconds: 30 });
+    const started = await startIfClaimed(t.db, { now: at(5), tasks: [sent!.body], leaseGraceSeconds: 30 });
     expect(started.started).toHaveLength(1);
     const [b] = await h.enqueue({ task: 'record', payload: { v: 2 }, delay: 100, idempotencyKey: 'k' }, { now: at(6) });
     expect(b).toMatchObject({ outcome: 'deduplicated', task: { status: 'running', epoch: 1, attempts: 1, payload: { v: 1 }, runAt: at(5) } });
@@ -370,7 +371,7 @@ describe('pause, replace and delete a schedule with occurrences already claimed'
     const sent = h.outbox.take();
     expect(sent.length).toBe(20); // every 3 s: 12, 15, ..., 69
     // The first one has started before the pause: it finishes.
-    const first = await startTasks(t.db, { now: at(12), tasks: [sent[0]!.body], leaseGraceSeconds: 30 });
+    const first = await startIfClaimed(t.db, { now: at(12), tasks: [sent[0]!.body], leaseGraceSeconds: 30 });
     expect(first.started).toHaveLength(1);
 
     // Paused at 12:00:16: 12:00:15 is due but not started (cancelled, kept as
@@ -518,7 +519,7 @@ describe('what the owner sees of a task claimed early', () => {
     expect(stats.body.queues[0].counts).toMatchObject({ queued: 1, running: 0 });
 
     // Once started: running, the attempt counted, no dispatch field.
-    await startTasks(t.db, { now: at(30), tasks: [sent!.body], leaseGraceSeconds: 30 });
+    await startIfClaimed(t.db, { now: at(30), tasks: [sent!.body], leaseGraceSeconds: 30 });
     const started = await api.admin('GET', `/v1/tasks/${a!.task!.id}`, { tenant: 'acme' });
     expect(started.body).toMatchObject({ status: 'running', attempts: 1, dispatch: null, dispatchedAt: expect.any(String) });
     expect((await api.admin('GET', '/v1/tasks?status=running', { tenant: 'acme' })).body.tasks).toHaveLength(1);

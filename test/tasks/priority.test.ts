@@ -1,7 +1,7 @@
 // Priorities (issue 16): which of a tenant's tasks fill the claim slots its
 // fair share earned; never a larger share.
 import { beforeEach, describe, expect, it } from 'vitest';
-import { claimTasks } from '../../src/db/sql/tasks.ts';
+import { claimTasks } from '../../src/db/sql/tasks-dispatch.ts';
 import { setTenantWeight } from '../../src/db/sql/tenants.ts';
 import { resetTables, T0, useTestDatabase } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';

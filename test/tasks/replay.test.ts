@@ -5,7 +5,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { countStatements } from '../../src/db/seam.ts';
 import { replayTerminalTasks } from '../../src/db/sql/replay.ts';
 import { insertTriggeredOccurrence } from '../../src/db/sql/trigger.ts';
-import { getTask } from '../../src/db/sql/tasks.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
 import { cancelMatching } from '../../src/tasks/bulkCancel.ts';
 import { replayMatching, replayTask } from '../../src/tasks/replay.ts';
 import { triggerSchedule } from '../../src/schedules/trigger.ts';

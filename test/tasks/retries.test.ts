@@ -3,7 +3,7 @@
 // Retry-After overrides the backoff, and a timeout aborts the handler.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { getTask } from '../../src/db/sql/tasks.ts';
+import { getTask } from '../../src/db/sql/tasks-read.ts';
 import { PermanentError, RetryAfterError } from '../../src/handlers/errors.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
 import { T0, useTestDatabase, resetTables } from '../helpers/db.ts';

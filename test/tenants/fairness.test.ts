@@ -2,7 +2,7 @@
 // share of claims follows its weight, the small tenant waits no longer than
 // start-time fair queuing allows, and an idle tenant earns no burst.
 import { beforeEach, describe, expect, it } from 'vitest';
-import { claimTasks } from '../../src/db/sql/tasks.ts';
+import { claimTasks } from '../../src/db/sql/tasks-dispatch.ts';
 import { setQueuePaused, setTenantWeight } from '../../src/db/sql/tenants.ts';
 import { T0, useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';

@@ -8,7 +8,7 @@ import worker from '../../functions/index.ts';
 import { readConfig } from '../../src/config.ts';
 import { createNeonDb } from '../../src/db/neon.ts';
 import { silentLogger } from '../../src/log.ts';
-import { promoteDueTasks } from '../../src/db/sql/tasks.ts';
+import { promoteDueTasks } from '../../src/db/sql/tasks-maintenance.ts';
 import type { TaskMessage } from '../../src/queue/messages.ts';
 import { dispatchRunnable } from '../../src/sweep/sweep.ts';
 

@@ -3,8 +3,7 @@
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { MATCH_PREDICATES, matchParams, type TaskMatch } from './replay.ts';
-
-type Now = Date | null | undefined;
+import { NOT_STARTED, type Now } from './tasks-shared.ts';
 
 /** Statuses a task may have and still be cancelled (running only while claimed early, not started). */
 export const CANCELLABLE_STATUSES = ['scheduled', 'queued', 'running'] as const;
@@ -26,7 +25,7 @@ const tasksCancelMatching = sql(
    picked as (
      select t.id from tasks t
      where ${MATCH_PREDICATES}
-       and (t.status in ('scheduled', 'queued') or (t.status = 'running' and t.started_at is null))
+       and ${NOT_STARTED}
        and ($10::bigint is null or t.id > $10::bigint)
      order by t.id
      limit $3::int

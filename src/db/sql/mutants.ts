@@ -33,7 +33,12 @@ export interface Mutant extends Edit {
   testName?: string;
 }
 
-const TASKS = 'src/db/sql/tasks.ts';
+const TASKS_SHARED = 'src/db/sql/tasks-shared.ts';
+const ENQUEUE = 'src/db/sql/tasks-enqueue.ts';
+const DISPATCH = 'src/db/sql/tasks-dispatch.ts';
+const FENCE = 'src/db/sql/tasks-fence.ts';
+const MAINTENANCE = 'src/db/sql/tasks-maintenance.ts';
+const TASK_READS = 'src/db/sql/tasks-read.ts';
 const SCHEDULES = 'src/db/sql/schedules.ts';
 const TENANTS = 'src/db/sql/tenants.ts';
 
@@ -42,7 +47,7 @@ export const mutants: Mutant[] = [
   // Fenced writes: the epoch, the status and the started_at conditions.
   {
     id: 'reap-mark-token',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_reap_expired',
     guard: "the dispatch mark is the claim's own (claim_token): a claim never sent is given back, no attempt spent",
     find: `from tasks t left join dispatch_marks d on d.claim_token = t.claim_token, clock`,
@@ -51,7 +56,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'reap-dispatch-lease',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_reap_expired',
     guard: 'dispatch_lease_from_mark: a sent batch holds its unstarted tasks for the dispatch lease',
     find: `and (t.started_at is not null or d.claim_token is null
@@ -61,7 +66,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'release-epoch',
-    file: TASKS,
+    file: DISPATCH,
     statement: 'tasks_release_if_undispatched',
     guard: 'the lease epoch',
     find: `where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
@@ -74,7 +79,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'release-status',
-    file: TASKS,
+    file: DISPATCH,
     statement: 'tasks_release_if_undispatched',
     guard: `status = 'running'`,
     find: `where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
@@ -90,7 +95,7 @@ export const mutants: Mutant[] = [
     // with each other (a start sets dispatched_at; a sweep's own mark comes
     // after its release): removed together.
     id: 'release-not-dispatched',
-    file: TASKS,
+    file: DISPATCH,
     statement: 'tasks_release_if_undispatched',
     guard: 'not dispatched, not started, no dispatch mark (the send delivered, then reported failure)',
     find: `where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
@@ -101,7 +106,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'start-epoch',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: `the lease epoch`,
     find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
@@ -114,7 +119,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'start-status',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: `\`status = 'running'\` (a cancelled task already sent)`,
     find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
@@ -127,7 +132,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'start-not-started',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: `started_at is null (a duplicate delivery)`,
     find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
@@ -140,7 +145,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'finish-epoch',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_finish_if_running',
     guard: 'the lease epoch',
     find: `where t.id = any($2::bigint[]) and t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'`,
@@ -149,7 +154,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'finish-status',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_finish_if_running',
     guard: `status = 'running'`,
     find: `where t.id = any($2::bigint[]) and t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'`,
@@ -158,7 +163,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'heartbeat-epoch',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_extend_lease_if_running',
     guard: 'the lease epoch',
     find: `where id = $2::bigint and lease_epoch = $3::bigint and status = 'running'`,
@@ -167,7 +172,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'heartbeat-status',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_extend_lease_if_running',
     guard: `status = 'running'`,
     find: `where id = $2::bigint and lease_epoch = $3::bigint and status = 'running'`,
@@ -176,7 +181,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'claim-epoch-bump',
-    file: TASKS,
+    file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'every claim bumps the epoch',
     find: `lease_epoch = t.lease_epoch + 1,`,
@@ -185,14 +190,14 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'claim-status',
-    file: TASKS,
+    file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "status = 'queued' (in the fair slots and in each tenant's pick by priority)",
     find: `where t.status = 'queued' and not t.parked and t.queue = $2::text\n       and not exists`,
     replace: `where t.status in ('queued', 'scheduled') and not t.parked and t.queue = $2::text\n       and not exists`,
     also: [
       {
-        file: TASKS,
+        file: DISPATCH,
         find: `where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant`,
         replace: `where t.status in ('queued', 'scheduled') and not t.parked and t.queue = $2::text and t.tenant = s.tenant`,
       },
@@ -201,7 +206,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'claim-paused',
-    file: TASKS,
+    file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'a paused queue yields nothing',
     find: `and not exists (select 1 from queues q where q.name = $2::text and q.paused)`,
@@ -210,7 +215,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'reap-expired',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_reap_expired',
     guard: 'only leases that expired',
     find: `where t.status = 'running' and t.lease_expires_at < clock.now`,
@@ -223,7 +228,7 @@ export const mutants: Mutant[] = [
   // reaper alike), and a task is dead after exactly max_attempts claims (I4).
   {
     id: 'finish-at-most-once',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_finish_if_running',
     guard: 'a failed at_most_once attempt is not retried',
     find: `when r.outcome = 'failed' and t.delivery = 'at_least_once' and t.attempts < t.max_attempts then 'scheduled'`,
@@ -232,7 +237,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'finish-attempts-left',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_finish_if_running',
     guard: 'retry only while attempts remain',
     find: `when r.outcome = 'failed' and t.delivery = 'at_least_once' and t.attempts < t.max_attempts then 'scheduled'`,
@@ -241,7 +246,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'reap-at-most-once',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_reap_expired',
     guard: 'an at_most_once task handed off is never handed off again',
     find: `when t.delivery = 'at_most_once' then 'dead'`,
@@ -250,7 +255,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'reap-attempts-left',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_reap_expired',
     guard: 'retry only while attempts remain',
     find: `when t.attempts < t.max_attempts then 'scheduled'`,
@@ -288,7 +293,7 @@ export const mutants: Mutant[] = [
 
   {
     id: 'start-refuse-epoch',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: 'the lease epoch of the paused-queue refusal',
     find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
@@ -301,7 +306,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'start-queue-paused',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: 'a paused queue refuses the start',
     find: `and not exists (select 1 from queues q where q.name = t.queue and q.paused)
@@ -314,30 +319,27 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'claimed-not-started',
-    file: TASKS,
-    statement: 'CLAIMED_NOT_STARTED (enqueue reschedule, schedule withdraw and cancel)',
+    file: TASKS_SHARED,
+    statement: 'CLAIMED_NOT_STARTED (enqueue reschedule, schedule withdraw, cancel and bulk cancel)',
     guard: 'started_at is null: a running handler is never taken back',
     find: "export const CLAIMED_NOT_STARTED = `(t.status = 'running' and t.started_at is null)`;",
     replace: "export const CLAIMED_NOT_STARTED = `(t.status = 'running')`;",
-    tests: ['test/schedules/api.test.ts', 'test/tasks/idempotency.test.ts', 'test/tasks/lookahead.test.ts'],
+    tests: [
+      'test/schedules/api.test.ts',
+      'test/tasks/idempotency.test.ts',
+      'test/tasks/lookahead.test.ts',
+      'test/tasks/cancel.test.ts',
+      'test/tasks/replay.test.ts',
+    ],
   },
   {
     id: 'not-started-waiting',
-    file: TASKS,
-    statement: 'NOT_STARTED (enqueue ON CONFLICT, schedule withdraw and cancel)',
+    file: TASKS_SHARED,
+    statement: 'NOT_STARTED (enqueue ON CONFLICT, schedule withdraw, cancel and bulk cancel)',
     guard: `status in ('scheduled', 'queued'): a finished task's key stays spent`,
     find: "export const NOT_STARTED = `(t.status in ('scheduled', 'queued') or ${CLAIMED_NOT_STARTED})`;",
     replace: "export const NOT_STARTED = `(t.status in ('scheduled', 'queued', 'succeeded') or ${CLAIMED_NOT_STARTED})`;",
-    tests: ['test/tasks/idempotency.test.ts'],
-  },
-  {
-    id: 'bulk-cancel-not-started',
-    file: 'src/db/sql/bulkCancel.ts',
-    statement: 'tasks_cancel_matching_if_not_started',
-    guard: 'started_at is null',
-    find: `and (t.status in ('scheduled', 'queued') or (t.status = 'running' and t.started_at is null))`,
-    replace: `and (t.status in ('scheduled', 'queued') or (t.status = 'running'))`,
-    tests: ['test/tasks/replay.test.ts'],
+    tests: ['test/tasks/idempotency.test.ts', 'test/tasks/cancel.test.ts', 'test/tasks/replay.test.ts'],
   },
   {
     id: 'bulk-cancel-skip-locked',
@@ -364,37 +366,19 @@ export const mutants: Mutant[] = [
   // -------------------------------------------------------------------------
   // Cancel: not after the start; tenant-scoped.
   {
-    id: 'cancel-not-started',
-    file: TASKS,
-    statement: 'tasks_cancel_if_not_started',
-    guard: 'started_at is null (409 once the handler runs)',
-    find: `or (status = 'running' and started_at is null))`,
-    replace: `or (status = 'running'))`,
-    tests: ['test/tasks/cancel.test.ts'],
-  },
-  {
-    id: 'cancel-waiting-only',
-    file: TASKS,
-    statement: 'tasks_cancel_if_not_started',
-    guard: `status in ('scheduled', 'queued') (terminal states are absorbing)`,
-    find: `and (status in ('scheduled', 'queued') or (status = 'running' and started_at is null))`,
-    replace: `and (status in ('scheduled', 'queued', 'succeeded', 'dead') or (status = 'running' and started_at is null))`,
-    tests: ['test/tasks/cancel.test.ts'],
-  },
-  {
     id: 'cancel-tenant',
-    file: TASKS,
+    file: TASK_READS,
     statement: 'tasks_cancel_if_not_started',
     guard: 'the tenant filter',
-    find: `where tenant = $2::text
-     and id = coalesce(`,
+    find: `where t.tenant = $2::text
+     and t.id = coalesce(`,
     replace: `where $2::text is not null
-     and id = coalesce(`,
+     and t.id = coalesce(`,
     tests: ['test/tasks/cancel.test.ts', 'test/tenants/isolation.test.ts'],
   },
   {
     id: 'cancel-by-key-tenant',
-    file: TASKS,
+    file: TASK_READS,
     statement: 'tasks_cancel_if_not_started',
     guard: 'the tenant filter of the by-key lookup',
     find: `(select id from tasks where tenant = $2::text and idempotency_key = $4::text)`,
@@ -406,7 +390,7 @@ export const mutants: Mutant[] = [
   // Tenant filters of reads and writes.
   {
     id: 'get-tenant',
-    file: TASKS,
+    file: TASK_READS,
     statement: 'tasks_get',
     guard: 'the tenant filter',
     find: `from tasks where tenant = $1::text and id = $2::bigint`,
@@ -415,7 +399,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'get-by-key-tenant',
-    file: TASKS,
+    file: TASK_READS,
     statement: 'tasks_get_by_key',
     guard: 'the tenant filter',
     find: `from tasks where tenant = $1::text and idempotency_key = $2::text`,
@@ -424,7 +408,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'list-tenant',
-    file: TASKS,
+    file: TASK_READS,
     statement: 'tasks_list_for_tenant',
     guard: 'the tenant filter',
     find: `where tenant = $1::text
@@ -585,7 +569,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'quota-pending-tenant',
-    file: TASKS,
+    file: ENQUEUE,
     statement: 'tasks_insert_batch',
     guard: 'maxPendingTasks counts only this tenant',
     find: `where p.tenant = $2::text and p.status in ('scheduled', 'queued', 'running')`,
@@ -618,7 +602,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'finish-attempt-fenced',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_finish_if_running (attempts_written)',
     guard: 'an attempt row only for a finish applied (none for a result that lost its fence)',
     find: `f.attempt_started_at, f.now, f.error_name, f.error_message, f.http_status
@@ -629,7 +613,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'reap-attempt-not-requeued',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_reap_expired (attempts_written)',
     guard: 'a claim given back (queued) is no attempt',
     find: `where r.next_status <> 'queued'`,
@@ -638,7 +622,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'start-skipped-not-early',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed (skipped)',
     guard: 'a message of the current claim that did not start (early, or refused for a paused queue) is no skipped attempt',
     find: `and not (cur.lease_epoch = m.epoch and cur.status = 'running' and cur.started_at is null)`,
@@ -656,7 +640,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'purge-attempts-of-deleted',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_purge_finished (attempts_purged)',
     guard: "retention deletes the deleted tasks' attempts, only theirs",
     find: `delete from task_attempts a using deleted where a.task_id = deleted.id`,
@@ -711,7 +695,7 @@ export const mutants: Mutant[] = [
   // SKIP LOCKED in every batch lock: overlapping sweeps take other rows at once.
   {
     id: 'claim-skip-locked',
-    file: TASKS,
+    file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'skip locked',
     find: `order by t.vtime, t.id
@@ -724,7 +708,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'promote-skip-locked',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_promote_due',
     guard: 'skip locked',
     find: `order by t.run_at, t.id
@@ -737,7 +721,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'reap-skip-locked',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_reap_expired',
     guard: 'skip locked',
     find: `order by t.lease_expires_at
@@ -750,7 +734,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'purge-skip-locked',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_purge_finished',
     guard: 'skip locked',
     find: `order by finished_at
@@ -775,7 +759,7 @@ export const mutants: Mutant[] = [
   // Sweep conditions: what each batch may pick.
   {
     id: 'promote-status',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_promote_due',
     guard: `status = 'scheduled'`,
     find: `where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)`,
@@ -784,7 +768,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'promote-due',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_promote_due',
     guard: 'run_at within the look-ahead',
     find: `where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)`,
@@ -793,7 +777,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'purge-retention',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_purge_finished',
     guard: 'only past retention',
     find: `and finished_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)`,
@@ -823,7 +807,7 @@ export const mutants: Mutant[] = [
   // Idempotency keys: unique per tenant, spent keys stay spent.
   {
     id: 'enqueue-spent-tenant',
-    file: TASKS,
+    file: ENQUEUE,
     statement: 'tasks_insert_batch',
     guard: 'the tenant filter of the spent-key check',
     find: `where s.tenant = $2::text and s.idempotency_key = i.idempotency_key`,
@@ -832,7 +816,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'enqueue-spent-key-kept',
-    file: TASKS,
+    file: ENQUEUE,
     statement: 'tasks_insert_batch',
     guard: 'a started or finished task keeps its payload',
     find: `payload    = case when \${NOT_STARTED} then excluded.payload else t.payload end,`,
@@ -841,7 +825,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'enqueue-spent-status-kept',
-    file: TASKS,
+    file: ENQUEUE,
     statement: 'tasks_insert_batch',
     guard: 'a started or finished task keeps its status (the key is not reused)',
     find: `status     = case when \${NOT_STARTED} then excluded.status else t.status end,`,
@@ -850,7 +834,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'spent-keys-find-tenant',
-    file: TASKS,
+    file: ENQUEUE,
     statement: 'spent_idempotency_keys_find',
     guard: 'the tenant filter',
     find: `where tenant = $1::text and idempotency_key = any($2::text[])`,
@@ -882,7 +866,7 @@ export const mutants: Mutant[] = [
   // signing secrets, the kick probe, metrics.
   {
     id: 'enqueue-reschedule-epoch',
-    file: TASKS,
+    file: ENQUEUE,
     statement: 'tasks_insert_batch',
     guard: 'a reschedule of a task claimed early bumps its epoch (the message in flight is stale)',
     find: `lease_epoch      = case when \${CLAIMED_NOT_STARTED} then t.lease_epoch + 1 else t.lease_epoch end,`,
@@ -893,49 +877,49 @@ export const mutants: Mutant[] = [
     // Every NOT_STARTED / CLAIMED_NOT_STARTED of the enqueue loses its
     // started_at condition: a started task is rescheduled like a claimed one.
     id: 'enqueue-reschedule-not-started',
-    file: TASKS,
+    file: ENQUEUE,
     statement: 'tasks_insert_batch',
     guard: 'started_at is null (a key whose handler started is spent)',
     find: `payload    = case when \${NOT_STARTED} then excluded.payload else t.payload end,`,
     replace: `payload    = case when t.status in ('scheduled', 'queued', 'running') then excluded.payload else t.payload end,`,
     also: [
       {
-        file: TASKS,
+        file: ENQUEUE,
         find: `run_at     = case when \${NOT_STARTED} then excluded.run_at else t.run_at end,`,
         replace: `run_at     = case when t.status in ('scheduled', 'queued', 'running') then excluded.run_at else t.run_at end,`,
       },
       {
-        file: TASKS,
+        file: ENQUEUE,
         find: `vtime      = case when not \${NOT_STARTED} then t.vtime`,
         replace: `vtime      = case when not t.status in ('scheduled', 'queued', 'running') then t.vtime`,
       },
       {
-        file: TASKS,
+        file: ENQUEUE,
         find: `status     = case when \${NOT_STARTED} then excluded.status else t.status end,`,
         replace: `status     = case when t.status in ('scheduled', 'queued', 'running') then excluded.status else t.status end,`,
       },
       {
-        file: TASKS,
+        file: ENQUEUE,
         find: `lease_epoch      = case when \${CLAIMED_NOT_STARTED} then`,
         replace: `lease_epoch      = case when t.status = 'running' then`,
       },
       {
-        file: TASKS,
+        file: ENQUEUE,
         find: `attempts         = case when \${CLAIMED_NOT_STARTED} then`,
         replace: `attempts         = case when t.status = 'running' then`,
       },
       {
-        file: TASKS,
+        file: ENQUEUE,
         find: `lease_expires_at = case when \${CLAIMED_NOT_STARTED} then`,
         replace: `lease_expires_at = case when t.status = 'running' then`,
       },
       {
-        file: TASKS,
+        file: ENQUEUE,
         find: `dispatched_at    = case when \${CLAIMED_NOT_STARTED} then`,
         replace: `dispatched_at    = case when t.status = 'running' then`,
       },
       {
-        file: TASKS,
+        file: ENQUEUE,
         find: `updated_at = case when \${NOT_STARTED} then excluded.updated_at`,
         replace: `updated_at = case when t.status in ('scheduled', 'queued', 'running') then excluded.updated_at`,
       },
@@ -944,7 +928,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'enqueue-reschedule-refund',
-    file: TASKS,
+    file: ENQUEUE,
     statement: 'tasks_insert_batch',
     guard: 'the attempt counted at the early claim is refunded',
     find: `attempts         = case when \${CLAIMED_NOT_STARTED} then t.attempts - 1 else t.attempts end,`,
@@ -953,7 +937,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'start-paused',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: 'refuse_if_queue_paused: a paused queue\'s task does not start',
     find: `and exists (select 1 from queues q where q.name = t.queue and q.paused)
@@ -962,7 +946,7 @@ export const mutants: Mutant[] = [
      returning t.id`,
     also: [
       {
-        file: TASKS,
+        file: FENCE,
         find: `and not exists (select 1 from queues q where q.name = t.queue and q.paused)
        and t.run_at <= clock.now
      returning \${TASK_COLUMNS_T}`,
@@ -975,7 +959,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'start-when-due',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: 'start_only_when_due: a message delivered before run_at does not start its task (a reschedule, cancel or pause in that window still wins)',
     find: `and t.run_at <= clock.now
@@ -986,7 +970,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'start-paused-refund',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: 'a refused start refunds the attempt counted at the claim',
     find: `status = 'queued',
@@ -1064,7 +1048,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'quota-pending-live-only',
-    file: TASKS,
+    file: ENQUEUE,
     statement: 'tasks_insert_batch (pending_quota)',
     guard: 'finished tasks free room',
     find: `where p.tenant = $2::text and p.status in ('scheduled', 'queued', 'running')`,
@@ -1073,7 +1057,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'quota-pending-running',
-    file: TASKS,
+    file: ENQUEUE,
     statement: 'tasks_insert_batch (pending_quota)',
     guard: 'running tasks count as pending',
     find: `where p.tenant = $2::text and p.status in ('scheduled', 'queued', 'running')`,
@@ -1082,7 +1066,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'quota-pending-held-keys',
-    file: TASKS,
+    file: ENQUEUE,
     statement: 'tasks_insert_batch (pending_quota)',
     guard: 'a key the tenant already holds adds nothing (a reschedule at the limit)',
     find: `or not exists (select 1 from tasks e where e.tenant = $2::text and e.idempotency_key = k.key))\``,
@@ -1145,7 +1129,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'reap-at-most-once-requeue',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_reap_expired',
     guard: 'at-most-once never started is requeued, not dead',
     find: `when t.delivery = 'at_most_once' and t.started_at is null then 'queued'`,
@@ -1154,7 +1138,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'reap-at-most-once-not-started',
-    file: TASKS,
+    file: MAINTENANCE,
     statement: 'tasks_reap_expired',
     guard: 'at-most-once is requeued only if it never started (no second run)',
     find: `when t.delivery = 'at_most_once' and t.started_at is null then 'queued'`,
@@ -1211,15 +1195,6 @@ export const mutants: Mutant[] = [
     guard: 'the tenant filter',
     find: `where \${MATCH_PREDICATES}`,
     replace: `where \${MATCH_PREDICATES.replace('t.tenant = $2::text', '$2::text is not null')}`,
-    tests: ['test/tasks/replay.test.ts'],
-  },
-  {
-    id: 'bulk-cancel-waiting-only',
-    file: 'src/db/sql/bulkCancel.ts',
-    statement: 'tasks_cancel_matching_if_not_started',
-    guard: 'terminal tasks are never cancelled',
-    find: `and (t.status in ('scheduled', 'queued') or`,
-    replace: `and (t.status in ('scheduled', 'queued', 'succeeded', 'dead', 'missed') or`,
     tests: ['test/tasks/replay.test.ts'],
   },
   {
@@ -1418,7 +1393,7 @@ export const mutants: Mutant[] = [
   // fenced start's line.
   {
     id: 'claim-rate-run-at',
-    file: TASKS,
+    file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'a rate-limited task is sent for its reserved start (run_at moved to it)',
     find: `run_at = coalesce(d.start_at, t.run_at),`,
@@ -1427,7 +1402,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'claim-rate-line',
-    file: TASKS,
+    file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "a claim's reservations start after the key's earlier reservations (the claim line)",
     find: `greatest(g.claim_from, b.base) + (b.pos - 1) * b.step as start_at`,
@@ -1436,7 +1411,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'claim-rate-defer',
-    file: TASKS,
+    file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'a reservation beyond the look-ahead is not claimed: the task goes back to scheduled',
     find: `coalesce(r.start_at > clock.now + make_interval(secs => $7::int), false) as deferred`,
@@ -1454,7 +1429,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'claim-rate-tenant',
-    file: TASKS,
+    file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "reservations are counted per tenant's key (another tenant's tasks with the same key do not space them)",
     find: `row_number() over (partition by p.tenant, p.rate_key order by p.run_at, p.vtime, p.id) as pos`,
@@ -1463,7 +1438,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'start-rate-line-advance',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: 'start_line_advance: every start the line lets through moves it a step on',
     find: `next_start_at = coalesce((select max(greatest(l.next_start_at, x.base) + x.pos * x.step)`,
@@ -1472,17 +1447,17 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'start-rate-refuse',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: 'refuse_over_rate: a start pushed past the wait budget goes back queued',
     find: `and t.status = 'running' and t.started_at is null and rd.over`,
     replace: `and t.status = 'running' and t.started_at is null and false`,
-    also: [{ file: TASKS, find: `where not coalesce(rd.over, false)) msg, clock`, replace: `where true) msg, clock` }],
+    also: [{ file: FENCE, find: `where not coalesce(rd.over, false)) msg, clock`, replace: `where true) msg, clock` }],
     tests: ['test/tasks/rate-limit.test.ts'],
   },
   {
     id: 'start-rate-refund',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: 'a start refused over the rate refunds the attempt counted at the claim',
     find: `attempts = t.attempts - 1,
@@ -1493,14 +1468,14 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'start-rate-step-of-key',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: "start_rate_of_key: the start line's spacing is the key's (its last claim's), not that of the tasks one start statement holds",
     find: `coalesce(k.max_starts, first_value(r.rate_limit) over newest) as max_starts,`,
     replace: `first_value(r.rate_limit) over newest as max_starts,`,
     also: [
       {
-        file: TASKS,
+        file: FENCE,
         find: `coalesce(k.period_seconds, first_value(r.rate_period_seconds) over newest) as period_seconds,`,
         replace: `first_value(r.rate_period_seconds) over newest as period_seconds,`,
       },
@@ -1509,7 +1484,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'start-rate-tenant',
-    file: TASKS,
+    file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: "the start line is per tenant's key",
     find: `row_number() over (partition by r.tenant, r.rate_key order by greatest(clock.now, r.run_at), r.id) as pos`,
@@ -1520,7 +1495,7 @@ export const mutants: Mutant[] = [
   // Concurrency slots freed through the ledger (migration 0018).
   {
     id: 'claim-slot-frees',
-    file: TASKS,
+    file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'the claim subtracts the frees it takes from the running count',
     find: `freed as (select tenant, key, sum(n)::int as n from freed_rows group by tenant, key),`,
@@ -1529,7 +1504,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'wake-parked-frees',
-    file: TASKS,
+    file: DISPATCH,
     statement: 'tasks_wake_parked',
     guard: "the safety net counts the frees no claim has counted yet as room",
     find: `lateral (select greatest(0, s.running - coalesce((select sum(f.n)::int from concurrency_frees f`,

@@ -1,6 +1,6 @@
 // /v1/tasks: enqueue and read tasks, always scoped to the caller's tenant.
 import { createRoute, z } from '@hono/zod-openapi';
-import { getTask, listTasks } from '../../db/sql/tasks.ts';
+import { getTask, listTasks } from '../../db/sql/tasks-read.ts';
 import { notFound } from '../../errors.ts';
 import { queuesToKick } from '../../sweep/kick.ts';
 import { cancelTask } from '../../tasks/cancel.ts';

@@ -1,0 +1,384 @@
+// Dispatch, run by the sweep: claim a fair batch, mark it handed to the
+// Queue, release what could not be sent, wake parked tasks of a freed
+// concurrency key. Conventions: tasks-shared.ts.
+import type { Queryable } from '../seam.ts';
+import { sql } from '../seam.ts';
+import { at, lostFromRow, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
+
+/** Queues that are not paused and hold runnable work. */
+const queuesListClaimable = sql(
+  'queues_list_claimable',
+  `select q.name from queues q
+   where not q.paused and exists (select 1 from tasks t where t.queue = q.name and t.status = 'queued' and not t.parked)
+   order by q.name`,
+);
+
+export async function listClaimableQueues(q: Queryable): Promise<string[]> {
+  return (await q.query<{ name: string }>(queuesListClaimable)).map((r) => r.name);
+}
+
+export interface ClaimedTask {
+  id: string;
+  epoch: number;
+  runAt: Date;
+  /** How long after the claim the task is due (0 when already due). */
+  delayMs: number;
+  /** The W3C traceparent it was enqueued with, for the sweep's log lines. */
+  traceparent: string | null;
+  /** The claim statement's token (one per claimed batch), which the dispatch mark names. */
+  claimToken: string;
+}
+
+/**
+ * Claims the lowest-vtime runnable tasks of one queue: locks them with SKIP
+ * LOCKED (overlapping sweeps take disjoint sets), marks them `running` with a
+ * bumped epoch, an attempt counted and a lease that covers the wait until
+ * their run_at, and advances the queue's virtual clock, all in one statement.
+ * Every task of the batch carries the batch's claim token, which the sweep's
+ * dispatch mark names. A paused queue yields nothing.
+ *
+ * Priorities (issue 16, `best`): the lowest vtimes are the slots each tenant
+ * earned in this batch (`slots`); each tenant fills its k slots with its k
+ * best runnable tasks by priority, then due time (tasks_runnable_priority_idx,
+ * read only up to k per tenant). A chosen task takes a slot's vtime and a
+ * displaced one takes the chosen task's old vtime, so the tenant's vtimes,
+ * and with them its weighted share, are exactly what they were. With no
+ * priorities and tasks made runnable in due order, the best tasks are the
+ * slots themselves and nothing moves.
+ *
+ * Concurrency keys (issue 16, `slot_counts`): the chosen tasks' keys take
+ * their slots in one upsert per key, in (tenant, key) order. ON CONFLICT DO
+ * UPDATE locks the slot row and reads its latest committed count, so
+ * overlapping claims serialize per key and never grant more than
+ * `max_running`. Within a key the lowest vtimes get the granted slots; the
+ * rest are `parked` (out of the runnable index: later claims never re-read
+ * them, and the batch's other keys and tenants are claimed in the same
+ * statement). A freed slot wakes a parked task (migration 0016's trigger).
+ *
+ * Rate limits (issue 16, `rate_lines`, migration 0018): each rate-limited
+ * task of the batch is reserved a start on its key's claim line (GCRA
+ * without bursts: a step of period / limit after the previous reservation,
+ * never before its due time) and sent for it (run_at moves there). A
+ * reservation beyond the look-ahead ($7) is not taken: the task goes back to
+ * `scheduled` at that time (no attempt spent) and counts with the parked in
+ * the returned count, so the sweep keeps claiming past it. Rate is decided
+ * before concurrency: a reserved task the key's slots then park leaves a gap
+ * in the line (fewer starts, never more).
+ */
+const tasksClaimRunnable = sql(
+  'tasks_claim_runnable',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   slots as (
+     select t.id, t.tenant, t.vtime from tasks t
+     where t.status = 'queued' and not t.parked and t.queue = $2::text
+       and not exists (select 1 from queues q where q.name = $2::text and q.paused)
+     order by t.vtime, t.id
+     limit $3::int
+     for update of t skip locked
+   ),
+   shares as (select tenant, count(*)::int as k from slots group by tenant),
+   best_locked as (
+     select b.* from shares s cross join lateral (
+       select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit,
+              t.rate_key, t.rate_limit, t.rate_period_seconds from tasks t
+       where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
+       order by t.priority desc, t.run_at, t.id
+       limit s.k
+       for update of t skip locked) b
+     -- At most the batch (the shares sum to it): no change, but the planner
+     -- then estimates the batch, not 600 rows per tenant, and keeps the
+     -- statement's cost under jit_above_cost (JIT compiled it in 4 s).
+     limit $3::int
+   ),
+   best as (
+     select b.*, row_number() over (partition by b.tenant order by b.priority desc, b.run_at, b.id) as rank
+     from best_locked b
+   ),
+   slot_vtimes as (
+     select s.tenant, s.vtime, row_number() over (partition by s.tenant order by s.vtime, s.id) as rank from slots s
+   ),
+   picked as (
+     select b.id, b.tenant, b.concurrency_key, b.concurrency_limit, coalesce(v.vtime, b.vtime) as vtime,
+            b.run_at, b.rate_key, b.rate_limit, b.rate_period_seconds
+     from best b left join slot_vtimes v on v.tenant = b.tenant and v.rank = b.rank
+   ),
+   displaced as (
+     select d.id, f.vtime from (
+       select s.id, s.tenant, row_number() over (partition by s.tenant order by s.vtime, s.id) as r
+       from slots s where s.id not in (select id from best)) d
+     join (
+       select b.tenant, b.vtime, row_number() over (partition by b.tenant order by b.vtime, b.id) as r
+       from best b where b.id not in (select id from slots)) f on f.tenant = d.tenant and f.r = d.r
+   ),
+   reordered as (
+     update tasks t set vtime = d.vtime, updated_at = clock.now
+     from displaced d, clock
+     where t.id = d.id
+   ),
+   rate_ranked as (
+     select p.id, p.tenant, p.rate_key, greatest(p.run_at, clock.now) as due,
+            first_value(p.rate_limit) over newest as max_starts,
+            first_value(p.rate_period_seconds) over newest as period_seconds,
+            row_number() over (partition by p.tenant, p.rate_key order by p.run_at, p.vtime, p.id) as pos
+     from picked p, clock
+     where p.rate_key is not null
+     window newest as (partition by p.tenant, p.rate_key order by p.id desc)
+   ),
+   rate_base as (
+     select r.*, rate_limit_step(r.max_starts, r.period_seconds) as step,
+            max(r.due - (r.pos - 1) * rate_limit_step(r.max_starts, r.period_seconds))
+              over (partition by r.tenant, r.rate_key order by r.pos) as base
+     from rate_ranked r
+   ),
+   rate_groups as (
+     select b.tenant, b.rate_key, b.max_starts, b.period_seconds, b.step, array_agg(b.base order by b.pos) as bases
+     from rate_base b
+     group by b.tenant, b.rate_key, b.max_starts, b.period_seconds, b.step
+   ),
+   -- reserve_within_lookahead: only starts the look-ahead may send move the
+   -- line (rate_limit_line_after, migration 0018).
+   rate_lines as (
+     insert into rate_limits as l (tenant, key, max_starts, period_seconds, next_claim_at)
+     select g.tenant, g.rate_key, g.max_starts, g.period_seconds,
+            rate_limit_line_after('-infinity', g.bases, g.step, clock.now + make_interval(secs => $7::int))
+     from rate_groups g, clock
+     order by g.tenant, g.rate_key
+     on conflict (tenant, key) do update set
+       max_starts = excluded.max_starts,
+       period_seconds = excluded.period_seconds,
+       claim_from = l.next_claim_at,
+       next_claim_at = rate_limit_line_after(
+         l.next_claim_at,
+         (select g.bases from rate_groups g where g.tenant = l.tenant and g.rate_key = l.key),
+         rate_limit_step(excluded.max_starts, excluded.period_seconds),
+         (select now from clock) + make_interval(secs => $7::int)),
+       updated_at = now()
+     returning l.tenant, l.key, l.claim_from
+   ),
+   rated as (
+     select p.*, r.start_at, coalesce(r.start_at > clock.now + make_interval(secs => $7::int), false) as deferred
+     from picked p
+     left join (select b.id, greatest(g.claim_from, b.base) + (b.pos - 1) * b.step as start_at
+                from rate_base b join rate_lines g on g.tenant = b.tenant and g.key = b.rate_key) r on r.id = p.id,
+     clock
+   ),
+   wanted as (
+     select tenant, concurrency_key as key, count(*)::int as n, max(concurrency_limit) as max_running
+     from rated where concurrency_key is not null and not deferred group by tenant, concurrency_key
+   ),
+   -- Slots freed since the last claim of these keys (migration 0018's
+   -- ledger): taken with SKIP LOCKED, so each is counted by exactly one
+   -- claim and a claim never waits for another's; one committed after this
+   -- statement's snapshot counts at the next claim (never over the limit).
+   freed_rows as (
+     delete from concurrency_frees f
+     where f.id in (select x.id from concurrency_frees x join wanted w on w.tenant = x.tenant and w.key = x.key
+                    order by x.id
+                    for update of x skip locked)
+     returning f.tenant, f.key, f.n
+   ),
+   freed as (select tenant, key, sum(n)::int as n from freed_rows group by tenant, key),
+   slot_counts as (
+     insert into concurrency_slots as s (tenant, key, max_running, running, granted)
+     select w.tenant, w.key, w.max_running, least(w.n, w.max_running), least(w.n, w.max_running)
+     from wanted w order by w.tenant, w.key
+     on conflict (tenant, key) do update set
+       granted = greatest(0, least((select w.n from wanted w where w.tenant = s.tenant and w.key = s.key),
+                                   s.max_running - greatest(0, s.running - coalesce(
+                                     (select f.n from freed f where f.tenant = s.tenant and f.key = s.key), 0)))),
+       running = greatest(0, s.running - coalesce((select f.n from freed f where f.tenant = s.tenant and f.key = s.key), 0))
+                 + greatest(0, least((select w.n from wanted w where w.tenant = s.tenant and w.key = s.key),
+                                     s.max_running - greatest(0, s.running - coalesce(
+                                       (select f.n from freed f where f.tenant = s.tenant and f.key = s.key), 0)))),
+       updated_at = now()
+     returning s.tenant, s.key, s.granted
+   ),
+   decided as (
+     select p.id, p.vtime, p.start_at, p.deferred,
+            not p.deferred
+            and (p.concurrency_key is null
+                 or row_number() over (partition by p.tenant, p.concurrency_key, p.deferred order by p.vtime, p.id)
+                    <= coalesce(g.granted, 0)) as takes_slot
+     from rated p left join slot_counts g on g.tenant = p.tenant and g.key = p.concurrency_key
+   ),
+   parked as (
+     update tasks t set parked = true, vtime = d.vtime, updated_at = clock.now
+     from decided d, clock
+     where t.id = d.id and not d.takes_slot and not d.deferred
+   ),
+   -- Over its key's rate beyond the look-ahead: back to scheduled at the time
+   -- the line allows (no attempt spent); the promote brings it back.
+   deferred as (
+     update tasks t set status = 'scheduled', run_at = d.start_at, vtime = null, updated_at = clock.now
+     from decided d, clock
+     where t.id = d.id and d.deferred
+   ),
+   claimed as (
+     update tasks t set
+       status = 'running',
+       vtime = d.vtime,
+       attempts = t.attempts + 1,
+       lease_epoch = t.lease_epoch + 1,
+       claimed_by = $4::text,
+       claim_token = $6::uuid,
+       run_at = coalesce(d.start_at, t.run_at),
+       lease_expires_at = greatest(coalesce(d.start_at, t.run_at), clock.now) + make_interval(secs => $5::int),
+       dispatched_at = null,
+       started_at = null,
+       updated_at = clock.now
+     from decided d, clock
+     where t.id = d.id and d.takes_slot
+     returning t.id, t.lease_epoch, t.run_at, t.vtime, t.traceparent,
+               greatest(0, floor(extract(epoch from t.run_at - clock.now) * 1000))::bigint as delay_ms
+   ),
+   advanced as (
+     update queues q set vclock = greatest(q.vclock, m.v)
+     from (select max(vtime) as v from claimed) m
+     where q.name = $2::text and m.v is not null
+   )
+   (select id, lease_epoch, run_at, delay_ms, traceparent, null::int as parked from claimed order by vtime, id)
+   union all
+   -- How many were parked: the sweep keeps claiming while claimed + parked fill batches.
+   select null, null, null, null, null, (select count(*)::int from decided where not takes_slot)`,
+);
+
+export async function claimTasks(
+  q: Queryable,
+  p: {
+    now?: Now;
+    queue: string;
+    limit: number;
+    claimedBy: string;
+    leaseSeconds: number;
+    claimToken?: string;
+    /** How far ahead a rate-limited task may be reserved a start (the look-ahead); default 60. */
+    lookaheadSeconds?: number;
+  },
+): Promise<{ claimed: ClaimedTask[]; parked: number }> {
+  const claimToken = p.claimToken ?? crypto.randomUUID();
+  const rows = await q.query<{
+    id: string | null;
+    lease_epoch: string;
+    run_at: Date;
+    delay_ms: string;
+    traceparent: string | null;
+    parked: number | null;
+  }>(
+    tasksClaimRunnable,
+    [at(p.now), p.queue, p.limit, p.claimedBy, p.leaseSeconds, claimToken, p.lookaheadSeconds ?? 60],
+  );
+  const claimed = rows
+    .filter((r) => r.id !== null)
+    .map((r) => ({
+      id: String(r.id),
+      epoch: Number(r.lease_epoch),
+      runAt: r.run_at,
+      delayMs: Number(r.delay_ms),
+      traceparent: r.traceparent,
+      claimToken,
+    }));
+  return { claimed, parked: Number(rows.find((r) => r.id === null)?.parked ?? 0) };
+}
+
+/**
+ * The safety net of the wake-ups (issue 16): makes parked tasks runnable
+ * again where their key has free slots, at most that many per key, lowest
+ * vtime first. A freed slot wakes one parked task in its own statement
+ * (migration 0016's trigger); this covers a raised limit and a wake that
+ * skipped a locked row. Waking too many is harmless: the claim parks what
+ * finds no slot. Reads the slot rows without locking them; locks the woken
+ * tasks with SKIP LOCKED.
+ */
+const tasksWakeParked = sql(
+  'tasks_wake_parked',
+  `with room as (
+     select s.tenant, s.key, s.max_running - h.running as free
+     from concurrency_slots s,
+          lateral (select greatest(0, s.running - coalesce((select sum(f.n)::int from concurrency_frees f
+                                                            where f.tenant = s.tenant and f.key = s.key), 0)) as running) h
+     where h.running < s.max_running
+       and exists (select 1 from tasks p where p.status = 'queued' and p.parked
+                   and p.tenant = s.tenant and p.concurrency_key = s.key)
+     order by s.tenant, s.key
+     limit $1::int
+   ),
+   woken as (
+     select w.id from room r cross join lateral (
+       select p.id from tasks p
+       where p.status = 'queued' and p.parked and p.tenant = r.tenant and p.concurrency_key = r.key
+       order by p.vtime, p.id
+       limit r.free
+       for update skip locked) w
+   )
+   update tasks t set parked = false from woken w where t.id = w.id
+   returning t.id`,
+);
+
+export async function wakeParkedTasks(q: Queryable, p: { keys: number }): Promise<number> {
+  return (await q.query(tasksWakeParked, [p.keys])).length;
+}
+
+
+/**
+ * Records that a claimed batch was handed to the Queue, so the reaper can tell
+ * "claimed, never sent" (requeue, no attempt spent) from "sent, never
+ * reported". One row per batch, keyed by the claim token its tasks carry; it
+ * locks and writes no task row, so it cannot deadlock with a consumer's
+ * fenced start over the same tasks, and it needs no fence: a task of the
+ * batch that lost its claim meanwhile (cancelled, claim undone, re-claimed)
+ * carries another token or is no longer running, so the mark never applies
+ * to it. The batch's tasks are held from the mark's time for the dispatch
+ * lease (the reaper reads it lazily); re-sent marks change nothing. The
+ * batch's tasks are read (by id, unlocked) only to report those that lost
+ * their claim meanwhile.
+ */
+const dispatchMarksInsert = sql(
+  'dispatch_marks_insert',
+  `with marked as (
+     insert into dispatch_marks (claim_token, dispatched_at)
+     select token, coalesce($1::timestamptz, now()) from unnest($2::uuid[]) as m(token)
+     on conflict (claim_token) do nothing
+   )
+   select s.id, s.epoch, cur.lease_epoch as current_epoch, cur.status as current_status
+   from unnest($3::bigint[], $4::bigint[]) as s(id, epoch) left join tasks cur on cur.id = s.id
+   -- lost: no longer held under this claim (a consumer that already started it is not lost)
+   where cur.id is null or cur.lease_epoch <> s.epoch or cur.status <> 'running'`,
+);
+
+export async function markDispatched(
+  q: Queryable,
+  p: { now?: Now; claimTokens: readonly string[]; tasks: readonly { id: string; epoch: number }[] },
+): Promise<LostFence[]> {
+  const rows = await q.query<LostRow>(dispatchMarksInsert, [
+    at(p.now),
+    p.claimTokens,
+    p.tasks.map((t) => t.id),
+    p.tasks.map((t) => t.epoch),
+  ]);
+  return rows.map(lostFromRow);
+}
+
+/**
+ * Gives back claims whose send failed: back to `queued` with their vtime and
+ * the attempt refunded, as if never claimed. Safe even if some message did go
+ * out: it carries the old epoch and finds the task not running (or re-claimed
+ * under a higher epoch), so it never runs.
+ */
+const tasksReleaseUndispatched = sql(
+  'tasks_release_if_undispatched',
+  `update tasks t set status = 'queued', attempts = t.attempts - 1, lease_expires_at = null,
+                      updated_at = coalesce($1::timestamptz, now())
+   from unnest($2::bigint[], $3::bigint[]) as c(id, epoch)
+   where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
+     and t.dispatched_at is null and t.started_at is null
+     and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)
+   returning t.id`,
+);
+
+export async function releaseIfUndispatched(
+  q: Queryable,
+  p: { now?: Now; tasks: readonly { id: string; epoch: number }[] },
+): Promise<number> {
+  const rows = await q.query(tasksReleaseUndispatched, [at(p.now), p.tasks.map((t) => t.id), p.tasks.map((t) => t.epoch)]);
+  return rows.length;
+}

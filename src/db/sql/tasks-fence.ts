@@ -1,0 +1,366 @@
+// The consumer's fenced writes: start, finish and the lease heartbeat, each
+// guarded by id + lease epoch + status. Conventions: tasks-shared.ts.
+import type { TraceContext } from '../../tracing/trace-context.ts';
+import type { Queryable } from '../seam.ts';
+import { sql } from '../seam.ts';
+import { RATE_LIMIT_START_WAIT_SECONDS } from '../../tasks/options.ts';
+import { taskFromRow, type Task, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
+import { at, lostFromRow, TASK_COLUMNS_NULLS_BUT_ID, TASK_COLUMNS_T, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
+
+// Consume: fenced start, fenced finish, heartbeat
+
+export interface StartedTask {
+  task: Task;
+  /** The W3C trace context of the request that enqueued it, if it had one. */
+  trace: TraceContext | null;
+  /** Milliseconds until its start: above 0 only for a rate-limited task given a later place on its key's line. */
+  waitMs: number;
+}
+
+/** A matching message that arrived before its task's run_at: not started, to be started after `waitMs`. */
+export interface EarlyTask {
+  id: string;
+  epoch: number;
+  /** Milliseconds until run_at on the database clock. */
+  waitMs: number;
+}
+
+/**
+ * Fenced start for a whole message batch: marks `started_at` only where id,
+ * epoch and `running` still match and the attempt has not started yet, so a
+ * duplicate delivery, a cancelled task or a stale epoch never runs. The lease
+ * is stretched to the task's timeout plus grace from its start.
+ *
+ * start_only_when_due: a task starts only once its run_at has come on the
+ * database clock. A message delivered early (the Queue's whole-second delay
+ * rounded down, plus its batch timeout) leaves its task claimed but not
+ * started, so until then every user action (reschedule by key, cancel, queue
+ * or schedule pause) still takes it back; it comes back as `early` with the
+ * wait, and the consumer starts it with this same statement once due.
+ *
+ * refuse_if_queue_paused: a task whose queue was paused after it was claimed
+ * (sent with a delay by the look-ahead) does not start. It goes back to
+ * `queued` with its vtime (so it keeps its place) and the attempt counted at
+ * the claim refunded, and comes back as lost with reason `queue_paused`. Both
+ * branches read the queue's flag in the statement's one snapshot, so each
+ * task takes exactly one of them.
+ *
+ * Rate limits (issue 16, refuse_over_rate): a rate-limited task starts on its
+ * key's start line once due, at greatest(now, line): a place up to $5 seconds
+ * later than now is taken at once (started_at set there; the consumer waits
+ * for it, so in that wait the task shows running: the one exception to
+ * start_only_when_due). The line moves a step past each place; the starts it
+ * records are therefore a step apart. One the line would push past
+ * its due time and more than $5 seconds from now goes back to `queued` (vtime kept,
+ * attempt refunded, run_at moved to when allowed) and comes back as lost
+ * with reason `rate_limited`.
+ */
+const tasksStartIfClaimed = sql(
+  'tasks_start_if_claimed',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   msg as (select * from unnest($2::bigint[], $3::bigint[]) as m(id, epoch)),
+   -- The batch's rate-limited tasks, locked before their keys' rows: every
+   -- statement takes task rows first, then rate_limits rows (a claim holding
+   -- a key's row never waits for a task row; unlocked here, a start holding
+   -- the key's row deadlocked against a claim, seen in the bench).
+   rate_locked as (
+     select t.id, t.tenant, t.rate_key, t.run_at, t.rate_limit, t.rate_period_seconds
+     from msg join tasks t on t.id = msg.id cross join clock
+     where t.id = any($2::bigint[]) and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+       and t.rate_key is not null
+       -- start_only_when_due: an early message takes no place on the line yet.
+       and t.run_at <= clock.now
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)
+     order by t.id
+     for no key update of t
+   ),
+   -- start_rate_of_key: the spacing is the key's, as its last claim set it
+   -- (from the most recently enqueued task it claimed), not that of the few
+   -- tasks this statement starts: early messages start in groups, each with
+   -- its own statement. The batch's newest only if the key has no row yet.
+   rate_due as (
+     select r.id, r.tenant, r.rate_key, greatest(clock.now, r.run_at) as due,
+            coalesce(k.max_starts, first_value(r.rate_limit) over newest) as max_starts,
+            coalesce(k.period_seconds, first_value(r.rate_period_seconds) over newest) as period_seconds,
+            row_number() over (partition by r.tenant, r.rate_key order by greatest(clock.now, r.run_at), r.id) as pos
+     from rate_locked r cross join clock
+          left join rate_limits k on k.tenant = r.tenant and k.key = r.rate_key
+     window newest as (partition by r.tenant, r.rate_key order by r.id desc)
+   ),
+   rate_base as (
+     select r.*, rate_limit_step(r.max_starts, r.period_seconds) as step,
+            max(r.due - (r.pos - 1) * rate_limit_step(r.max_starts, r.period_seconds))
+              over (partition by r.tenant, r.rate_key order by r.pos) as base
+     from rate_due r
+   ),
+   rate_starts as (
+     insert into rate_limits as l (tenant, key, max_starts, period_seconds, next_start_at)
+     select distinct on (b.tenant, b.rate_key) b.tenant, b.rate_key, b.max_starts, b.period_seconds,
+            coalesce((select max(x.base + x.pos * x.step) from rate_base x
+                      where x.tenant = b.tenant and x.rate_key = b.rate_key
+                        and x.base + (x.pos - 1) * x.step <= greatest(x.due, clock.now + make_interval(secs => $5::int))),
+                     '-infinity')
+     from rate_base b, clock
+     order by b.tenant, b.rate_key
+     on conflict (tenant, key) do update set
+       start_from = l.next_start_at,
+       -- start_line_advance: the line moves past every start it lets through.
+       next_start_at = coalesce((select max(greatest(l.next_start_at, x.base) + x.pos * x.step) from rate_base x
+                                 where x.tenant = l.tenant and x.rate_key = l.key
+                                   and greatest(l.next_start_at, x.base) + (x.pos - 1) * x.step
+                                       <= greatest(x.due, (select now from clock) + make_interval(secs => $5::int))),
+                                l.next_start_at),
+       updated_at = now()
+     returning l.tenant, l.key, l.start_from
+   ),
+   rate_decided as (
+     select b.id, s.start_at, s.start_at > greatest(b.due, clock.now + make_interval(secs => $5::int)) as over
+     from rate_base b join rate_starts g on g.tenant = b.tenant and g.key = b.rate_key, clock,
+          lateral (select greatest(g.start_from, b.base) + (b.pos - 1) * b.step as start_at) s
+   ),
+   refused as (
+     update tasks t set
+       status = 'queued',
+       attempts = t.attempts - 1,
+       dispatched_at = null,
+       lease_expires_at = null,
+       updated_at = clock.now
+     from msg, clock
+     where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+       and t.status = 'running' and t.started_at is null
+       and exists (select 1 from queues q where q.name = t.queue and q.paused)
+     returning t.id
+   ),
+   -- refuse_over_rate: a start the line would push past the wait budget goes
+   -- back queued with its vtime, the attempt refunded, run_at moved to when
+   -- the line allows (the rows rate_due found startable, rechecked).
+   rate_refused as (
+     update tasks t set
+       status = 'queued',
+       attempts = t.attempts - 1,
+       run_at = rd.start_at,
+       dispatched_at = null,
+       lease_expires_at = null,
+       updated_at = clock.now
+     from rate_decided rd join msg on msg.id = rd.id, clock
+     where t.id = any($2::bigint[]) and t.id = rd.id and t.lease_epoch = msg.epoch
+       and t.status = 'running' and t.started_at is null and rd.over
+     returning t.id
+   ),
+   started as (
+     update tasks t set
+       -- A rate-limited start takes its place on the key's line: up to $5 s
+       -- later than now (the consumer waits for it); any other starts now.
+       run_at = coalesce(msg.start_at, t.run_at),
+       started_at = greatest(clock.now, coalesce(msg.start_at, clock.now)),
+       -- The hand-off's time, from the batch's dispatch mark (now if the sweep died before writing it).
+       dispatched_at = coalesce(t.dispatched_at,
+                                (select d.dispatched_at from dispatch_marks d where d.claim_token = t.claim_token),
+                                clock.now),
+       lease_expires_at = greatest(clock.now, coalesce(msg.start_at, clock.now))
+                          + make_interval(secs => (t.timeout_ms / 1000.0) + $4::int),
+       updated_at = clock.now
+     -- refuse_over_rate: not the starts the rate line pushed too far (rate_refused took them).
+     from (select m.*, rd.start_at from msg m left join rate_decided rd on rd.id = m.id
+           where not coalesce(rd.over, false)) msg, clock
+     where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+       and t.status = 'running' and t.started_at is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)
+       and t.run_at <= clock.now
+     returning ${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
+               greatest(0, extract(epoch from t.started_at - clock.now) * 1000)::float8 as wait_ms
+   ),
+   -- Attempt history (migration 0017): a message that started nothing is
+   -- recorded against its epoch, \`cancelled\` when the task was cancelled
+   -- after its early claim, \`skipped_stale\` otherwise (a stale or duplicate
+   -- message).
+   skipped as (
+     insert into task_attempts (task_id, attempt, epoch, outcome, finished_at, error_name, error_message)
+     select m.id, cur.attempts, m.epoch, case when cur.status = 'cancelled' then 'cancelled' else 'skipped_stale' end,
+            clock.now, 'StaleMessage',
+            'message of epoch ' || m.epoch || ' skipped: the task is ' || cur.status || ' at epoch ' || cur.lease_epoch
+     from msg m join tasks cur on cur.id = m.id, clock
+     -- Not a message of the current claim that did not start: early (it
+     -- waits and comes back) or refused for a paused queue (refunded).
+     where m.id not in (select id from started)
+       and not (cur.lease_epoch = m.epoch and cur.status = 'running' and cur.started_at is null)
+   )
+   select s.*, null::bigint as epoch, null::bigint as current_epoch, null::text as current_status,
+          true as started, null::text as reason
+   from started s
+   union all
+   select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, null,
+          case when r.id is null and rr.id is null
+               then greatest(0, extract(epoch from cur.run_at - clock.now) * 1000)::float8 end,
+          m.epoch, cur.lease_epoch, case when r.id is not null or rr.id is not null then 'queued' else cur.status end, false,
+          case when r.id is not null then 'queue_paused'
+               when rr.id is not null then 'rate_limited'
+               when cur.lease_epoch = m.epoch and cur.status = 'running' and cur.started_at is null and cur.run_at > clock.now
+               then 'early' end
+   from msg m cross join clock left join tasks cur on cur.id = m.id left join refused r on r.id = m.id
+        left join rate_refused rr on rr.id = m.id
+   where m.id not in (select id from started)`,
+);
+
+export async function startIfClaimed(
+  q: Queryable,
+  p: { now?: Now; tasks: readonly { id: string; epoch: number }[]; leaseGraceSeconds: number },
+): Promise<{ started: StartedTask[]; early: EarlyTask[]; lost: LostFence[] }> {
+  const rows = await q.query<
+    TaskRow & LostRow & {
+      wait_ms: number | null;
+      started: boolean;
+      reason: 'queue_paused' | 'rate_limited' | 'early' | null;
+      traceparent: string | null;
+      tracestate: string | null;
+    }
+  >(tasksStartIfClaimed, [
+    at(p.now),
+    p.tasks.map((t) => t.id),
+    p.tasks.map((t) => t.epoch),
+    p.leaseGraceSeconds,
+    RATE_LIMIT_START_WAIT_SECONDS,
+  ]);
+  const started: StartedTask[] = [];
+  const early: EarlyTask[] = [];
+  const lost: LostFence[] = [];
+  for (const r of rows) {
+    if (r.started) {
+      const trace = r.traceparent ? { traceparent: r.traceparent, tracestate: r.tracestate } : null;
+      started.push({ task: taskFromRow(r), trace, waitMs: Number(r.wait_ms ?? 0) });
+    } else if (r.reason === 'early') early.push({ id: String(r.id), epoch: Number(r.epoch), waitMs: Number(r.wait_ms) });
+    else lost.push(r.reason ? { ...lostFromRow(r), reason: r.reason } : lostFromRow(r));
+  }
+  return { started, early, lost };
+}
+
+export type AttemptOutcome = 'succeeded' | 'failed' | 'permanent';
+
+export interface AttemptResult {
+  id: string;
+  epoch: number;
+  outcome: AttemptOutcome;
+  error: string | null;
+  /** Overrides the backoff (e.g. a Retry-After); null: the task's backoff. */
+  retryDelayMs: number | null;
+  /** For the attempt history: the error's name and message (at most 2 KiB together). */
+  errorName?: string | null;
+  errorMessage?: string | null;
+  /** The attempt ran out of its timeout (outcome `timed_out` in the history). */
+  timedOut?: boolean;
+  /** For http tasks: the response status, when a response came. */
+  httpStatus?: number | null;
+  /** The handler's return value as JSON text (at most 64 KiB), stored on success; null: none. */
+  result?: string | null;
+}
+
+export interface FinishedTask {
+  id: string;
+  status: TaskStatus;
+  runAt: Date;
+}
+
+/**
+ * Fenced finish for a whole batch: writes each result only where the epoch
+ * still matches and the task is still `running`. A failure retries (back to
+ * `scheduled`, run_at pushed out by the backoff) while attempts remain and the
+ * task is at-least-once; otherwise it is `dead`. Results that lost the fence
+ * come back, never applied.
+ */
+const tasksFinishIfRunning = sql(
+  'tasks_finish_if_running',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   res as (
+     select * from unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[],
+                          $9::boolean[], $10::int[], $11::jsonb[])
+       as r(id, epoch, outcome, error, retry_delay_ms, error_name, error_message, timed_out, http_status, result)
+   ),
+   decided as (
+     select r.*, t.attempts, t.started_at as attempt_started_at, case
+              when r.outcome = 'succeeded' then 'succeeded'
+              when r.outcome = 'failed' and t.delivery = 'at_least_once' and t.attempts < t.max_attempts then 'scheduled'
+              else 'dead'
+            end as next_status
+     from res r join tasks t on t.id = r.id
+     where t.id = any($2::bigint[])
+   ),
+   finished as (
+     update tasks t set
+       status = d.next_status,
+       finished_at = case when d.next_status = 'scheduled' then null else clock.now end,
+       run_at = case when d.next_status = 'scheduled'
+                     then clock.now + coalesce(d.retry_delay_ms, task_backoff_ms(t.backoff_base_ms, t.backoff_max_ms, t.attempts))
+                                      * interval '1 millisecond'
+                     else t.run_at end,
+       vtime = case when d.next_status = 'scheduled' then null else t.vtime end,
+       dispatched_at = case when d.next_status = 'scheduled' then null else t.dispatched_at end,
+       started_at = case when d.next_status = 'scheduled' then null else t.started_at end,
+       lease_expires_at = null,
+       last_error = coalesce(d.error, t.last_error),
+       result = case when d.next_status = 'succeeded' then d.result else t.result end,
+       updated_at = clock.now
+     from decided d, clock
+     where t.id = any($2::bigint[]) and t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'
+     returning t.id, t.status, t.run_at, d.attempts, d.epoch, d.outcome, d.timed_out, d.attempt_started_at,
+               d.error_name, d.error_message, d.http_status, clock.now
+   ),
+   -- Attempt history (migration 0017): one row per finish applied (the
+   -- update's own rows, no join), none for a result that lost its fence.
+   attempts_written as (
+     insert into task_attempts (task_id, attempt, epoch, outcome, started_at, finished_at, error_name, error_message, http_status)
+     select f.id, f.attempts, f.epoch,
+            case when f.outcome = 'succeeded' then 'succeeded' when f.timed_out then 'timed_out' else 'failed' end,
+            f.attempt_started_at, f.now, f.error_name, f.error_message, f.http_status
+     from finished f
+   )
+   select f.id, null::bigint as epoch, f.status, f.run_at, null::bigint as current_epoch, null::text as current_status
+   from finished f
+   union all
+   select r.id, r.epoch, null, null, cur.lease_epoch, cur.status
+   from res r left join tasks cur on cur.id = r.id
+   where r.id not in (select id from finished)`,
+);
+
+export async function finishIfRunning(
+  q: Queryable,
+  p: { now?: Now; results: readonly AttemptResult[] },
+): Promise<{ finished: FinishedTask[]; lost: LostFence[] }> {
+  const rows = await q.query<LostRow & { status: TaskStatus | null; run_at: Date | null }>(tasksFinishIfRunning, [
+    at(p.now),
+    p.results.map((r) => r.id),
+    p.results.map((r) => r.epoch),
+    p.results.map((r) => r.outcome),
+    p.results.map((r) => r.error),
+    p.results.map((r) => (r.retryDelayMs === null ? null : Math.max(0, Math.round(r.retryDelayMs)))),
+    p.results.map((r) => r.errorName ?? null),
+    p.results.map((r) => r.errorMessage ?? null),
+    p.results.map((r) => r.timedOut ?? false),
+    p.results.map((r) => r.httpStatus ?? null),
+    p.results.map((r) => r.result ?? null),
+  ]);
+  const finished: FinishedTask[] = [];
+  const lost: LostFence[] = [];
+  for (const r of rows) {
+    if (r.status !== null && r.epoch === null) finished.push({ id: String(r.id), status: r.status, runAt: r.run_at! });
+    else lost.push(lostFromRow(r));
+  }
+  return { finished, lost };
+}
+
+/** Heartbeat: pushes a running attempt's lease out, only for its own epoch. */
+const tasksExtendLease = sql(
+  'tasks_extend_lease_if_running',
+  `update tasks set
+     lease_expires_at = greatest(lease_expires_at, coalesce($1::timestamptz, now()) + make_interval(secs => $4::double precision)),
+     updated_at = coalesce($1::timestamptz, now())
+   where id = $2::bigint and lease_epoch = $3::bigint and status = 'running'
+   returning lease_expires_at`,
+);
+
+export async function extendLeaseIfRunning(
+  q: Queryable,
+  p: { now?: Now; id: string; epoch: number; seconds: number },
+): Promise<Date | null> {
+  const rows = await q.query<{ lease_expires_at: Date }>(tasksExtendLease, [at(p.now), p.id, p.epoch, p.seconds]);
+  return rows[0]?.lease_expires_at ?? null;
+}

@@ -1,0 +1,93 @@
+// Reads and the cancel, always scoped by tenant ($1). Conventions:
+// tasks-shared.ts.
+import type { Queryable } from '../seam.ts';
+import { sql } from '../seam.ts';
+import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
+import { at, NOT_STARTED, type Now } from './tasks-shared.ts';
+
+// Reads and cancel, always scoped by tenant
+
+const tasksGet = sql('tasks_get', `select ${TASK_COLUMNS_SHOWN} from tasks where tenant = $1::text and id = $2::bigint`);
+
+export async function getTask(q: Queryable, tenant: string, id: string): Promise<Task | null> {
+  const rows = await q.query<TaskRow>(tasksGet, [tenant, id]);
+  return rows[0] ? taskFromRow(rows[0]) : null;
+}
+
+const tasksGetByKey = sql(
+  'tasks_get_by_key',
+  `select ${TASK_COLUMNS_SHOWN} from tasks where tenant = $1::text and idempotency_key = $2::text`,
+);
+
+export async function getTaskByKey(q: Queryable, tenant: string, key: string): Promise<Task | null> {
+  const rows = await q.query<TaskRow>(tasksGetByKey, [tenant, key]);
+  return rows[0] ? taskFromRow(rows[0]) : null;
+}
+
+/**
+ * Cancels a task that has not started: waiting, or claimed (even handed to
+ * the Queue with a delay) but not yet started; the consumer's fenced start
+ * then skips it. Addressed by id or by idempotency key.
+ */
+const tasksCancelIfNotStarted = sql(
+  'tasks_cancel_if_not_started',
+  `update tasks t set status = 'cancelled', finished_at = coalesce($1::timestamptz, now()),
+                      lease_expires_at = null, updated_at = coalesce($1::timestamptz, now())
+   where t.tenant = $2::text
+     and t.id = coalesce($3::bigint, (select id from tasks where tenant = $2::text and idempotency_key = $4::text))
+     and ${NOT_STARTED}
+   returning ${TASK_COLUMNS}`,
+);
+
+export async function cancelTaskIfNotStarted(
+  q: Queryable,
+  p: { now?: Now; tenant: string; id?: string; idempotencyKey?: string },
+): Promise<Task | null> {
+  const rows = await q.query<TaskRow>(tasksCancelIfNotStarted, [at(p.now), p.tenant, p.id ?? null, p.idempotencyKey ?? null]);
+  return rows[0] ? taskFromRow(rows[0]) : null;
+}
+
+export interface TaskFilter {
+  queue?: string;
+  statuses?: readonly string[];
+  task?: string;
+  createdAfter?: Date;
+  createdBefore?: Date;
+  /** Keyset cursor: only ids below this one (newest first). */
+  beforeId?: string;
+  limit: number;
+}
+
+/**
+ * A tenant's tasks, newest first, by keyset (id below the cursor) so a page
+ * costs the same however deep it is. Walks tasks_tenant_id_idx backwards.
+ * The status filter matches the status as shown (a task claimed early but not
+ * started is `queued`).
+ */
+const tasksListForTenant = sql(
+  'tasks_list_for_tenant',
+  `select ${TASK_COLUMNS_SHOWN} from tasks
+   where tenant = $1::text
+     and ($2::text is null or queue = $2::text)
+     and ($3::text[] is null or ${shownStatusSql()} = any($3::text[]))
+     and ($4::text is null or task = $4::text)
+     and ($5::timestamptz is null or created_at >= $5::timestamptz)
+     and ($6::timestamptz is null or created_at < $6::timestamptz)
+     and ($7::bigint is null or id < $7::bigint)
+   order by id desc
+   limit $8::int`,
+);
+
+export async function listTasks(q: Queryable, tenant: string, f: TaskFilter): Promise<Task[]> {
+  const rows = await q.query<TaskRow>(tasksListForTenant, [
+    tenant,
+    f.queue ?? null,
+    f.statuses && f.statuses.length > 0 ? f.statuses : null,
+    f.task ?? null,
+    f.createdAfter ?? null,
+    f.createdBefore ?? null,
+    f.beforeId ?? null,
+    f.limit,
+  ]);
+  return rows.map(taskFromRow);
+}

@@ -1,0 +1,67 @@
+// What the task statements share: the clock-override convention, the
+// column lists over the alias `t`, the "not started" predicate and the
+// lost-fence report of the fenced batch writes.
+//
+// The task statements. Each is one round trip, whatever the batch size: a batch
+// travels as parallel arrays through unnest(). Every parameter is cast; a
+// statement that reads the clock takes the override as $1 (null: the
+// database's now()), so tests travel in time and the database clock is the
+// only clock in production. The reads (get, list, spent keys) take the tenant as $1.
+//
+// Every write about an attempt is guarded by id + lease epoch + status: a
+// stale worker, a redelivered message or a retried statement changes nothing.
+//
+// The fenced batch writes (release, start, finish) name their rows by
+// `t.id = any($2::bigint[])` beside the join on the batch's (id, epoch) pairs:
+// the planner then looks each id up. Joined only through the unnest, it
+// answered them by reading tasks_running_idx whole (its `status = 'running'`
+// predicate matches theirs): 10,100 rows and ~20 ms per 100 with 10,000
+// tasks in flight (`BENCH_RUNNING=10000 npm run bench:explain`).
+import type { TaskStatus } from '../../tasks/model.ts';
+import { TASK_COLUMNS } from '../../tasks/model.ts';
+
+export type Now = Date | null | undefined;
+export const at = (now: Now) => now ?? null;
+
+const TASK_COLUMN_NAMES = TASK_COLUMNS.split(',').map((c) => c.trim());
+export const TASK_COLUMNS_T = TASK_COLUMN_NAMES.map((c) => `t.${c}`).join(', ');
+// No batch write locks its rows in id order first any more (issue 12): the
+// deadlock that lock prevented was the sweep's dispatch mark against a
+// consumer's fenced start over the same tasks, and the mark no longer writes
+// task rows (one dispatch_marks row per batch, migration 0015).
+
+/**
+ * Claimed by the look-ahead (or a due claim) but not started: for every user
+ * action still a waiting task (DESIGN §5 "The look-ahead is invisible").
+ * Over the row aliased `t`.
+ */
+export const CLAIMED_NOT_STARTED = `(t.status = 'running' and t.started_at is null)`;
+/** Has not started: waiting, or claimed early and not started. Over `t`. */
+export const NOT_STARTED = `(t.status in ('scheduled', 'queued') or ${CLAIMED_NOT_STARTED})`;
+
+/** Fills the task columns of a UNION branch that reports a lost fence (by id only). */
+export const TASK_COLUMNS_NULLS_BUT_ID = TASK_COLUMN_NAMES.slice(1).map((c) => `null as ${c}`).join(', ');
+
+/** A fenced write that found the task no longer held at the expected epoch. */
+export interface LostFence {
+  id: string;
+  epoch: number;
+  /** null: the task no longer exists. */
+  currentEpoch: number | null;
+  currentStatus: TaskStatus | null;
+  /** Set when the write was refused rather than lost: the start of a task whose queue is paused. */
+  reason?: 'queue_paused' | 'rate_limited';
+}
+
+export interface LostRow {
+  id: string;
+  epoch: string;
+  current_epoch: string | null;
+  current_status: TaskStatus | null;
+}
+export const lostFromRow = (r: LostRow): LostFence => ({
+  id: String(r.id),
+  epoch: Number(r.epoch),
+  currentEpoch: r.current_epoch === null ? null : Number(r.current_epoch),
+  currentStatus: r.current_status,
+});
