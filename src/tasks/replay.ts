@@ -13,7 +13,7 @@ import type { Queryable } from '../db/seam.ts';
 import { getTask } from '../db/sql/tasks-read.ts';
 import { BULK_BATCH_SIZE, getReplayOf, REPLAYABLE_STATUSES, replayTerminalTasks, type TaskMatch } from '../db/sql/replay.ts';
 import { conflict, notFound } from '../errors.ts';
-import type { Task } from './model.ts';
+import type { Task } from '../db/sql/taskRows.ts';
 
 export interface ReplayDeps {
   db: Queryable;

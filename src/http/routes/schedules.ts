@@ -2,8 +2,7 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { databaseNow, getSchedule, listScheduleRuns, listSchedules, setScheduleEnabled } from '../../db/sql/schedules.ts';
 import { notFound } from '../../errors.ts';
-import { specOf } from '../../schedules/model.ts';
-import { nextFireTimes } from '../../schedules/recurrence.ts';
+import { nextFireTimes, specOf } from '../../schedules/recurrence.ts';
 import { deleteSchedule, pauseSchedule, putSchedule } from '../../schedules/service.ts';
 import type { App, AppDeps } from '../context.ts';
 import {

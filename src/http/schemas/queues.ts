@@ -1,6 +1,6 @@
 // /v1/queues and the admin's queue pause.
 import { z } from '@hono/zod-openapi';
-import { TASK_STATUSES } from '../../tasks/model.ts';
+import { TASK_STATUSES } from '../../db/sql/taskRows.ts';
 
 export const QueuePauseSchema = z.strictObject({ paused: z.boolean() }).openapi('QueuePause');
 

@@ -2,7 +2,7 @@
 import { z } from '@hono/zod-openapi';
 import { CANCELLABLE_STATUSES } from '../../db/sql/bulkCancel.ts';
 import { REPLAYABLE_STATUSES } from '../../db/sql/replay.ts';
-import { TASK_STATUSES } from '../../tasks/model.ts';
+import { TASK_STATUSES } from '../../db/sql/taskRows.ts';
 import { Instant, QueueName, TaskIdString } from './common.ts';
 import { checkStart, Delay, TaskType } from './tasks.ts';
 

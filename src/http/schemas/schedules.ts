@@ -1,8 +1,8 @@
 // /v1/schedules: what a schedule write sends, and how a schedule is shown.
 import { z } from '@hono/zod-openapi';
-import { MISFIRE_POLICIES, OVERLAP_POLICIES, SCHEDULE_KINDS, type Schedule } from '../../schedules/model.ts';
-import { MAX_INTERVAL_SECONDS, RECURRENCE_UNITS } from '../../schedules/recurrence.ts';
-import { DELIVERIES } from '../../tasks/model.ts';
+import { MISFIRE_POLICIES, OVERLAP_POLICIES, RECURRENCE_UNITS, SCHEDULE_KINDS, type Schedule } from '../../db/sql/scheduleRows.ts';
+import { DELIVERIES } from '../../db/sql/taskRows.ts';
+import { MAX_INTERVAL_SECONDS } from '../../schedules/recurrence.ts';
 import { Instant, iso, nameSchema, namePattern, paging, QueueName } from './common.ts';
 import { ConcurrencyJson, RateLimitJson } from './flow-control.ts';
 import { CallbackJson, StatusFilter, TaskOptionFields, TaskType } from './tasks.ts';

@@ -1,7 +1,7 @@
 // /v1/tasks: what an enqueue sends, and how a task is shown.
 import { z } from '@hono/zod-openapi';
 import type { TaskInput } from '../../tasks/enqueue.ts';
-import { CALLBACK_STATUSES, DELIVERIES, isClaimedNotStarted, shownStatus, TASK_STATUSES, type Task } from '../../tasks/model.ts';
+import { CALLBACK_STATUSES, DELIVERIES, isClaimedNotStarted, shownStatus, TASK_STATUSES, type Task } from '../../db/sql/taskRows.ts';
 import { MAX_TIMEOUT_SECONDS, PRIORITY_MAX, PRIORITY_MIN } from '../../tasks/options.ts';
 import { Instant, isId, iso, nameSchema, paging, QueueName } from './common.ts';
 import { ConcurrencyJson, ConcurrencySchema, RateLimitJson, RateLimitSchema } from './flow-control.ts';

@@ -1,4 +1,6 @@
-// The task as the core sees it, and the one place its columns are mapped.
+// A task as the core sees it, its row, and the one place its columns are
+// mapped: beside the statements that select them, so nothing under db/sql
+// imports from the layers above it (tasks/, schedules/, http/).
 
 export const TASK_STATUSES = ['scheduled', 'queued', 'running', 'succeeded', 'dead', 'cancelled', 'missed'] as const;
 export type TaskStatus = (typeof TASK_STATUSES)[number];
