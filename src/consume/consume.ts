@@ -26,7 +26,7 @@ import type { Logger } from '../log.ts';
 import { zodDetails } from '../zod-details.ts';
 import { MAX_EARLY_WAIT_SECONDS } from '../tasks/options.ts';
 import type { SigningSecretsLoader, SigningSecretStore } from '../tenants/signing-secrets.ts';
-import { parseTaskMessage, reportLostFences, type TaskMessage } from '../queue/messages.ts';
+import { parseTaskMessage, reportLostFences } from '../queue/messages.ts';
 
 export type Verdict = 'ack' | 'retry';
 

@@ -98,7 +98,7 @@ describe('reschedule by idempotency key, after the look-ahead claimed and sent t
   });
 
   it('once the handler has started, the key is spent: deduplicated, nothing changes', async () => {
-    const [a] = await h.enqueue({ task: 'record', payload: { v: 1 }, delay: 5, idempotencyKey: 'k' }, { now: T0 });
+    await h.enqueue({ task: 'record', payload: { v: 1 }, delay: 5, idempotencyKey: 'k' }, { now: T0 });
     await h.sweep({ now: T0 });
     const [sent] = h.outbox.take();
     const started = await startIfClaimed(t.db, { now: at(5), tasks: [sent!.body], leaseGraceSeconds: 30 });

@@ -6,12 +6,12 @@ import { MAX_TIMEOUT_SECONDS, PRIORITY_MAX, PRIORITY_MIN } from '../../tasks/opt
 import { Instant, isId, iso, nameSchema, paging, QueueName } from './common.ts';
 import { ConcurrencyJson, ConcurrencySchema, RateLimitJson, RateLimitSchema } from './flow-control.ts';
 
-export const MAX_DELAY_SECONDS = 365 * 86_400;
-export const MAX_BATCH = 1000;
+const MAX_DELAY_SECONDS = 365 * 86_400;
+const MAX_BATCH = 1000;
 
 export const TaskType = nameSchema(128).openapi({ example: 'noop' });
 
-export const CallbackSchema = z
+const CallbackSchema = z
   .strictObject({
     url: z.string().min(1).max(2048).openapi({ description: 'http(s); checked against private and internal targets like an http task.' }),
     on: z

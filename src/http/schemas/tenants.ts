@@ -23,7 +23,7 @@ export const ApiKeySchema = z
   .openapi('ApiKey');
 
 /** A tenant's quotas; an absent field keeps its value, null returns it to the default (vars QUOTA_*). */
-export const TenantQuotasSchema = z
+const TenantQuotasSchema = z
   .strictObject({
     maxPendingTasks: z.int().min(0).max(QUOTA_LIMITS.maxPendingTasks).nullable().optional().openapi({
       description: 'Most scheduled + queued + running tasks; an enqueue past it is a 429 (the whole batch).',
