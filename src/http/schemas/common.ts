@@ -76,10 +76,10 @@ export function paging(kind: string, isKey: (key: string) => boolean) {
     },
     async read<T>(
       q: { limit: number; cursor?: string },
-      fetch: (afterKey: string | undefined, limit: number) => Promise<T[]>,
+      readRows: (afterKey: string | undefined, limit: number) => Promise<T[]>,
       keyOf: (row: T) => string,
     ): Promise<{ page: T[]; nextCursor: string | null }> {
-      const rows = await fetch(q.cursor, q.limit + 1);
+      const rows = await readRows(q.cursor, q.limit + 1);
       const page = rows.slice(0, q.limit);
       const last = page.at(-1);
       return { page, nextCursor: rows.length > q.limit && last !== undefined ? encode(keyOf(last)) : null };
