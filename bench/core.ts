@@ -11,7 +11,8 @@ import { migrate } from '../src/db/migrate.ts';
 import type { Db, Queryable, Sql } from '../src/db/seam.ts';
 import { createRegistry, defineTask, type Registry } from '../src/handlers/registry.ts';
 import { createLogger, type Logger } from '../src/log.ts';
-import { sweepOnce, type TaskMessage } from '../src/sweep/sweep.ts';
+import type { TaskMessage } from '../src/queue/messages.ts';
+import { sweepOnce } from '../src/sweep/sweep.ts';
 import type { Handoff } from './handoff.ts';
 import { progress, sleep } from './stats.ts';
 

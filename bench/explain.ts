@@ -9,7 +9,8 @@
 // not part of `npm run bench`.
 import { consumeBatch } from '../src/consume/consume.ts';
 import type { Db, Queryable, Sql } from '../src/db/seam.ts';
-import { dispatchRunnable, type TaskMessage } from '../src/sweep/sweep.ts';
+import type { TaskMessage } from '../src/queue/messages.ts';
+import { dispatchRunnable } from '../src/sweep/sweep.ts';
 import { enqueueTasks } from '../src/tasks/enqueue.ts';
 import { BENCH_TENANT, benchConfig, benchLogger, benchRegistry, migrateProject, openProjectDb } from './core.ts';
 import { seedFinishedTasks } from './project.ts';

@@ -8,7 +8,7 @@
 // in the drain (batches are always full) but does leave out up to 1 s of
 // batching delay a deployed consumer may add to pickup latency; BENCHMARKS.md
 // says so beside the latency figure.
-import type { TaskMessage, TaskSender } from '../src/sweep/sweep.ts';
+import type { TaskMessage, TaskSender } from '../src/queue/messages.ts';
 
 export interface Handoff extends TaskSender {
   /** Resolves with 1..max visible messages, or [] once closed. */

@@ -8,7 +8,8 @@
 // is repeated. Prints one JSON line.
 import { PerformanceObserver } from 'node:perf_hooks';
 import { consumeBatch } from '../src/consume/consume.ts';
-import { sweepOnce, type TaskMessage } from '../src/sweep/sweep.ts';
+import type { TaskMessage } from '../src/queue/messages.ts';
+import { sweepOnce } from '../src/sweep/sweep.ts';
 import { enqueueTasks } from '../src/tasks/enqueue.ts';
 import { BENCH_TENANT, benchConfig, benchLogger, benchRegistry, openProjectDb } from './core.ts';
 import { summarize, type Summary } from './stats.ts';

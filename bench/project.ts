@@ -5,7 +5,8 @@
 import { countStatements, type Db } from '../src/db/seam.ts';
 import { setTenantWeight } from '../src/db/sql/tenants.ts';
 import { consumeBatch } from '../src/consume/consume.ts';
-import { dispatchRunnable, sweepOnce, type TaskMessage } from '../src/sweep/sweep.ts';
+import type { TaskMessage } from '../src/queue/messages.ts';
+import { dispatchRunnable, sweepOnce } from '../src/sweep/sweep.ts';
 import { claimTasks, markDispatched } from '../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../src/db/sql/tasks-fence.ts';
 import { enqueueTasks, type TaskInput } from '../src/tasks/enqueue.ts';

@@ -12,7 +12,7 @@ import type { Db } from '../src/db/seam.ts';
 import { createRegistry, type Registry } from '../src/handlers/registry.ts';
 import { createLogger, type Logger } from '../src/log.ts';
 import { createShardedSender } from '../src/sweep/shards.ts';
-import type { PumpSender, TaskSender } from '../src/sweep/sweep.ts';
+import type { PumpSender, TaskSender } from '../src/queue/messages.ts';
 import { createSigningSecretStore, type SigningSecretStore } from '../src/tenants/signing-secrets.ts';
 import type { Env } from './env.ts';
 import { taskTypes } from './tasks.ts';

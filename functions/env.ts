@@ -1,5 +1,5 @@
 // The Worker's bindings, as wrangler.toml and `wrangler secret put` define them.
-import type { PumpMessage, TaskMessage } from '../src/sweep/sweep.ts';
+import type { PumpMessage, TaskMessage } from '../src/queue/messages.ts';
 
 export interface Env {
   /** Hyperdrive in front of the database (recommended); when bound, `pg` goes through it. */

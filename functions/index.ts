@@ -1,5 +1,5 @@
 // The one Worker: HTTP API, cron sweep and Queue consumer.
-import type { PumpMessage, TaskMessage } from '../src/sweep/sweep.ts';
+import type { PumpMessage, TaskMessage } from '../src/queue/messages.ts';
 import { handleScheduled } from './cron.ts';
 import type { Env } from './env.ts';
 import { handleFetch } from './http.ts';

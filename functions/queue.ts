@@ -11,7 +11,7 @@
 import { consumeBatch } from '../src/consume/consume.ts';
 import { settleDeadLetters } from '../src/consume/dead-letters.ts';
 import { runPump } from '../src/sweep/pump.ts';
-import { isPumpMessage, type PumpMessage, type TaskMessage } from '../src/sweep/sweep.ts';
+import { isPumpMessage, type PumpMessage, type TaskMessage } from '../src/queue/messages.ts';
 import { invocationId, openDb, sharedFor, tasksQueue } from './deps.ts';
 import type { Env } from './env.ts';
 

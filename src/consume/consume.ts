@@ -26,7 +26,7 @@ import type { Logger } from '../log.ts';
 import { zodDetails } from '../zod-details.ts';
 import { MAX_EARLY_WAIT_SECONDS } from '../tasks/options.ts';
 import type { SigningSecretsLoader, SigningSecretStore } from '../tenants/signing-secrets.ts';
-import { reportLostFences, type TaskMessage } from '../sweep/sweep.ts';
+import { parseTaskMessage, reportLostFences } from '../queue/messages.ts';
 
 export type Verdict = 'ack' | 'retry';
 
@@ -84,14 +84,6 @@ function groupByWait(early: readonly EarlyTask[]): EarlyTask[][] {
 
 const defaultSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-export function parseTaskMessage(body: unknown): TaskMessage | null {
-  const b = body as Partial<TaskMessage> | null;
-  if (!b || typeof b !== 'object') return null;
-  if (typeof b.id !== 'string' || !/^\d{1,19}$/.test(b.id)) return null;
-  if (typeof b.epoch !== 'number' || !Number.isSafeInteger(b.epoch) || b.epoch < 1) return null;
-  return { id: b.id, epoch: b.epoch, runAt: typeof b.runAt === 'number' ? b.runAt : 0 };
-}
-
 function lastErrorText(error: unknown): string {
   const text = error instanceof Error ? `${error.name === 'Error' ? '' : `${error.name}: `}${error.message}` : String(error);
   return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH - 1)}…` : text;
@@ -104,7 +96,7 @@ async function runAttempt(
   signingSecrets: SigningSecretsLoader,
 ): Promise<AttemptResult> {
   const { task } = started;
-  const base = { id: task.id, epoch: task.leaseEpoch, retryDelayMs: null };
+  const base = { id: task.id, epoch: task.epoch, retryDelayMs: null };
   const log = deps.log.child({
     taskId: task.id,
     tenant: task.tenant,
@@ -145,15 +137,15 @@ async function runAttempt(
     queue: task.queue,
     attempt: task.attempts,
     maxAttempts: task.maxAttempts,
-    epoch: task.leaseEpoch,
+    epoch: task.epoch,
     signal: controller.signal,
     log,
     signingSecrets: () => signingSecrets(task.tenant),
     trace: started.trace,
     async heartbeat(extendSeconds) {
       const seconds = extendSeconds ?? task.timeoutMs / 1000 + deps.config.leaseGraceSeconds;
-      const until = await extendLeaseIfRunning(deps.db, { now, id: task.id, epoch: task.leaseEpoch, seconds });
-      if (until === null) throw new LeaseLostError(task.id, task.leaseEpoch);
+      const until = await extendLeaseIfRunning(deps.db, { now, id: task.id, epoch: task.epoch, seconds });
+      if (until === null) throw new LeaseLostError(task.id, task.epoch);
     },
   };
   // For the attempt history: the error's name and message, and an http response's status.
@@ -313,7 +305,7 @@ export async function consumeBatch(
       started.map(async (s) => {
         const result = await runAttempt(deps, s, now, secrets);
         const status = await finisher.store(result);
-        settle(indexesOf({ id: s.task.id, epoch: s.task.leaseEpoch }), status === null ? 'retry' : 'ack');
+        settle(indexesOf({ id: s.task.id, epoch: s.task.epoch }), status === null ? 'retry' : 'ack');
         return { id: result.id, outcome: result.outcome, status: status ?? 'lost' };
       }),
     );

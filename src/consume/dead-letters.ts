@@ -15,8 +15,8 @@
 import type { Db } from '../db/seam.ts';
 import { finishIfRunning } from '../db/sql/tasks-fence.ts';
 import type { Logger } from '../log.ts';
-import type { TaskMessage } from '../sweep/sweep.ts';
-import { parseTaskMessage, type Verdict } from './consume.ts';
+import { parseTaskMessage, type TaskMessage } from '../queue/messages.ts';
+import type { Verdict } from './consume.ts';
 
 export const DEAD_LETTER_ERROR = 'the consumer could not record this attempt (its message was dead-lettered)';
 

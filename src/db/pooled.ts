@@ -75,7 +75,7 @@ function destroyClient(client: PoolClientLike, reason: Error): void {
 
 export function createPooledDb(
   pool: PoolLike,
-  options: DbTimeouts & { transport: Transport; describe?: string },
+  options: DbTimeouts & { transport: Transport },
 ): Db & { transport: Transport; connections(): number } {
   const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
   const statementTimeoutMs = options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS;

@@ -11,8 +11,7 @@ import { AppError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { KeyCache } from '../tenants/key-cache.ts';
 import type { AppEnv } from './context.ts';
-
-export const TENANT_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
+import { TENANT_PATTERN } from './schemas/tenants.ts';
 
 /** An admin token shorter than this counts as unset: a guessable token must not open every tenant. */
 export const MIN_ADMIN_TOKEN_LENGTH = 32;

@@ -9,7 +9,7 @@ import type { Db } from '../db/seam.ts';
 import type { Registry } from '../handlers/registry.ts';
 import type { Logger } from '../log.ts';
 import type { Kicker } from '../sweep/kick.ts';
-import type { PumpSender, TaskSender } from '../sweep/sweep.ts';
+import type { PumpSender, TaskSender } from '../queue/messages.ts';
 import type { KeyCache } from '../tenants/key-cache.ts';
 import type { SigningSecretStore } from '../tenants/signing-secrets.ts';
 import type { TraceContext } from '../tracing/trace-context.ts';

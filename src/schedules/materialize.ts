@@ -22,7 +22,8 @@ import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
 import { fireOccurrences, lockDueSchedules, type Occurrence, type ScheduleAdvance } from '../db/sql/schedules.ts';
 import type { Logger } from '../log.ts';
-import { specOf, type Schedule } from './model.ts';
+import type { Schedule } from '../db/sql/scheduleRows.ts';
+import { specOf } from './recurrence.ts';
 import { fireTimesBetween, nextFireTime, type ScheduleSpec } from './recurrence.ts';
 
 /** Most occurrences one schedule writes per materialization (the rest follow next tick). */

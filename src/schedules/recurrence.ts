@@ -44,10 +44,9 @@
 import { CronExpressionParser, type CronExpression } from 'cron-parser';
 import { IANAZone } from 'luxon';
 import { createLru } from '../cache.ts';
+import { RECURRENCE_UNITS, type RecurrenceUnit, type Schedule } from '../db/sql/scheduleRows.ts';
 import { invalid, type ErrorDetail } from '../errors.ts';
 
-export type RecurrenceUnit = 'minutes' | 'hours' | 'days' | 'weeks' | 'months';
-export const RECURRENCE_UNITS: readonly RecurrenceUnit[] = ['minutes', 'hours', 'days', 'weeks', 'months'];
 
 export type ScheduleSpec =
   /** 5 fields, or 6 with seconds first. */
@@ -494,4 +493,18 @@ function isIntegerIn(value: unknown, min: number, max: number): value is number 
 
 function isValidDate(value: unknown): value is Date {
   return value instanceof Date && !Number.isNaN(value.getTime());
+}
+
+/** The recurrence maths' view of a schedule. */
+export function specOf(s: Pick<Schedule, 'kind' | 'cron' | 'timezone' | 'intervalSeconds' | 'recurrenceEvery' | 'recurrenceUnit' | 'anchor' | 'fireAt'>): ScheduleSpec {
+  switch (s.kind) {
+    case 'cron':
+      return { kind: 'cron', cron: s.cron!, timezone: s.timezone };
+    case 'interval':
+      return { kind: 'interval', intervalSeconds: s.intervalSeconds!, anchor: s.anchor! };
+    case 'recurrence':
+      return { kind: 'recurrence', every: s.recurrenceEvery!, unit: s.recurrenceUnit!, start: s.anchor!, timezone: s.timezone };
+    case 'once':
+      return { kind: 'once', at: s.fireAt! };
+  }
 }

@@ -16,9 +16,8 @@ import { AppError, invalid, type ErrorDetail } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import { callbackOf, callbackProblem, resolveTaskOptions, type TaskOptionsInput } from '../tasks/options.ts';
 import { checkScheduleQuotas } from '../tenants/quotas.ts';
-import type { MisfirePolicy, OverlapPolicy, Schedule } from './model.ts';
-import { specOf } from './model.ts';
-import { canonicalZoneName, nextFireTime, validateSpec, type RecurrenceUnit } from './recurrence.ts';
+import type { MisfirePolicy, OverlapPolicy, RecurrenceUnit, Schedule } from '../db/sql/scheduleRows.ts';
+import { canonicalZoneName, nextFireTime, specOf, validateSpec } from './recurrence.ts';
 
 export interface ScheduleInput extends TaskOptionsInput {
   cron?: string;

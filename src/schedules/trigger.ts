@@ -17,8 +17,9 @@ import type { Config } from '../config.ts';
 import type { Queryable } from '../db/seam.ts';
 import { getScheduleWithClock, insertTriggeredOccurrence } from '../db/sql/trigger.ts';
 import { AppError, notFound } from '../errors.ts';
-import type { Task } from '../tasks/model.ts';
-import { specOf, type Schedule } from './model.ts';
+import type { Schedule } from '../db/sql/scheduleRows.ts';
+import type { Task } from '../db/sql/taskRows.ts';
+import { specOf } from './recurrence.ts';
 import { nextFireTime } from './recurrence.ts';
 
 /** Candidate milliseconds offered to one insert. */

@@ -16,7 +16,8 @@ import { claimTasks } from '../db/sql/tasks-dispatch.ts';
 import type { Db } from '../db/seam.ts';
 import type { Logger } from '../log.ts';
 import type { EnqueueResult } from '../tasks/enqueue.ts';
-import { sendClaimed, sendPumps, type PumpSender, type TaskSender } from './sweep.ts';
+import type { PumpSender, TaskSender } from '../queue/messages.ts';
+import { sendClaimed, sendPumps } from './sweep.ts';
 
 export interface KickDeps {
   db: Db;

@@ -11,41 +11,11 @@ import type { Config } from '../config.ts';
 import type { Db } from '../db/seam.ts';
 import { claimTasks, wakeParkedTasks, listClaimableQueues, markDispatched, releaseIfUndispatched, type ClaimedTask } from '../db/sql/tasks-dispatch.ts';
 import { promoteDueTasks, purgeFinishedTasks, purgeSpentKeys, reapExpiredLeases, type ReapCounts } from '../db/sql/tasks-maintenance.ts';
-import type { LostFence } from '../db/sql/tasks-shared.ts';
 import { acquireDispatcherSlot, probeDueWork, releaseDispatcherSlot } from '../db/sql/dispatchers.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import type { Logger } from '../log.ts';
+import { QUEUE_SEND_LIMIT, reportLostFences, type PumpSender, type TaskSender } from '../queue/messages.ts';
 import { materializeDueSchedules } from '../schedules/materialize.ts';
-
-/** What a Queue message carries: the task and the epoch it was claimed with. */
-export interface TaskMessage {
-  id: string;
-  epoch: number;
-  /** run_at in epoch milliseconds: the consumer waits out the sub-second rest. */
-  runAt: number;
-}
-
-/** The part of a Cloudflare Queue producer binding the sweep uses. */
-export interface TaskSender {
-  sendBatch(messages: Iterable<{ body: TaskMessage; delaySeconds?: number }>): Promise<unknown>;
-}
-
-/**
- * A message the dispatcher sends itself (issue 13): the consumer that
- * receives one becomes a dispatcher for a while (src/sweep/pump.ts).
- */
-export interface PumpMessage {
-  kind: 'pump';
-}
-
-/** Where pump messages go: the Queue binding the consumer reads. */
-export interface PumpSender {
-  sendBatch(messages: Iterable<{ body: PumpMessage }>): Promise<unknown>;
-}
-
-export function isPumpMessage(body: unknown): body is PumpMessage {
-  return typeof body === 'object' && body !== null && (body as { kind?: unknown }).kind === 'pump';
-}
 
 export interface SweepDeps {
   db: Db;
@@ -91,21 +61,6 @@ export interface SweepCounts extends DispatchCounts {
   /** The budget ran out before every step finished its backlog. */
   budgetExhausted: boolean;
 }
-
-export function reportLostFences(log: Logger, step: 'finishIfRunning' | 'markDispatched', lost: readonly LostFence[]): void {
-  for (const l of lost) {
-    log.warn('fenced write lost', {
-      step,
-      taskId: l.id,
-      epoch: l.epoch,
-      currentEpoch: l.currentEpoch,
-      currentStatus: l.currentStatus,
-    });
-  }
-}
-
-/** Cloudflare Queues take at most 100 messages per sendBatch. */
-export const QUEUE_SEND_LIMIT = 100;
 
 /**
  * Dispatch marks are kept this long past every lease they could hold, so a

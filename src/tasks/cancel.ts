@@ -3,7 +3,7 @@
 import type { Queryable } from '../db/seam.ts';
 import { cancelTaskIfNotStarted, getTask, getTaskByKey } from '../db/sql/tasks-read.ts';
 import { conflict, notFound } from '../errors.ts';
-import type { Task } from './model.ts';
+import type { Task } from '../db/sql/taskRows.ts';
 
 export type TaskRef = { id: string } | { idempotencyKey: string };
 

@@ -6,7 +6,7 @@ import { findSpentKeys, insertTasks, type NewTask, type SpentKey } from '../db/s
 import { AppError, invalid, type ErrorDetail } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import type { TraceContext } from '../tracing/trace-context.ts';
-import type { Task } from './model.ts';
+import type { Task } from '../db/sql/taskRows.ts';
 import { callbackOf, callbackProblem, resolveTaskOptions, type TaskOptions, type TaskOptionsInput } from './options.ts';
 
 /** A task as a caller asks for it (already shape-checked by the API schema). */

@@ -3,7 +3,7 @@
 import type { Config } from '../config.ts';
 import type { ErrorDetail } from '../errors.ts';
 import { checkTarget } from '../handlers/ssrf.ts';
-import { CALLBACK_STATUSES, type Delivery, type TaskCallback } from './model.ts';
+import { CALLBACK_STATUSES, type Delivery, type TaskCallback } from '../db/sql/taskRows.ts';
 
 /**
  * A Cloudflare Queues consumer invocation has 15 minutes of wall clock. One
@@ -32,13 +32,6 @@ export const CONCURRENCY_LIMIT_MAX = 1000;
  */
 export const RATE_LIMIT_MAX = 10_000;
 export const RATE_PERIOD_MAX_SECONDS = 86_400;
-/**
- * The fenced start lets a rate-limited task wait this long for its key's
- * line (a late message meeting the next one on time); one pushed further goes
- * back to its queue, attempt refunded. Below MAX_EARLY_WAIT_SECONDS, so the
- * consumer's wait is never cut short.
- */
-export const RATE_LIMIT_START_WAIT_SECONDS = 10;
 export interface RateLimitInput {
   key: string;
   limit: number;

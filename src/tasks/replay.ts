@@ -11,9 +11,9 @@
 import type { Config } from '../config.ts';
 import type { Queryable } from '../db/seam.ts';
 import { getTask } from '../db/sql/tasks-read.ts';
-import { BULK_BATCH_SIZE, getReplayOf, replayTerminalTasks, type TaskMatch } from '../db/sql/replay.ts';
+import { BULK_BATCH_SIZE, getReplayOf, REPLAYABLE_STATUSES, replayTerminalTasks, type TaskMatch } from '../db/sql/replay.ts';
 import { conflict, notFound } from '../errors.ts';
-import { TERMINAL_STATUSES, type Task } from './model.ts';
+import type { Task } from '../db/sql/taskRows.ts';
 
 export interface ReplayDeps {
   db: Queryable;
@@ -43,7 +43,7 @@ export async function replayTask(deps: ReplayDeps, tenant: string, id: string, t
   // Nothing was written: say why, without revealing other tenants' tasks.
   const original = await getTask(deps.db, tenant, id);
   if (!original) throw notFound('task');
-  if (!TERMINAL_STATUSES.includes(original.status)) {
+  if (!(REPLAYABLE_STATUSES as readonly string[]).includes(original.status)) {
     throw conflict(`only a finished task can be replayed; this one is ${original.status}`);
   }
   const existing = await getReplayOf(deps.db, tenant, id);

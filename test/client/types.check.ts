@@ -5,19 +5,14 @@
 // any depth.
 import type { z } from 'zod';
 import type * as Client from '../../packages/client/src/types.ts';
-import type {
-  ApiKeySchema,
-  QueueStatsSchema,
-  ScheduleSchema,
-  ScheduleWriteSchema,
-  SpentTaskSchema,
-  TaskCreateSchema,
-  TaskSchema,
-} from '../../src/http/schemas.ts';
-import type { AttemptSchema, BulkCancelSchema, BulkReplaySchema, ReplaySchema } from '../../src/http/replaySchemas.ts';
-import type { SigningSecretSchema } from '../../src/http/routes/signing-secret.ts';
-import type { ConcurrencySlotSchema, RateLimitStateSchema } from '../../src/http/routes/concurrency.ts';
-import type { MinuteStatsJson } from '../../src/http/routes/stats.ts';
+import type { ConcurrencySlotSchema, RateLimitStateSchema } from '../../src/http/schemas/flow-control.ts';
+import type { QueueStatsSchema } from '../../src/http/schemas/queues.ts';
+import type { AttemptSchema, BulkCancelSchema, BulkReplaySchema, ReplaySchema } from '../../src/http/schemas/replay.ts';
+import type { ScheduleSchema, ScheduleWriteSchema } from '../../src/http/schemas/schedules.ts';
+import type { SigningSecretSchema } from '../../src/http/schemas/signing-secret.ts';
+import type { MinuteStatsJson } from '../../src/http/schemas/stats.ts';
+import type { SpentTaskSchema, TaskCreateSchema, TaskSchema } from '../../src/http/schemas/tasks.ts';
+import type { ApiKeySchema } from '../../src/http/schemas/tenants.ts';
 
 /** Assignable both ways. Alone this misses an optional field one side lacks, hence the key checks. */
 type Mutual<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;

@@ -11,15 +11,8 @@ import { createRegistry, defineTask, type TaskHandler } from '../../src/handlers
 import { createLogger, type Logger, type LogLevel } from '../../src/log.ts';
 import { createSigningSecretStore } from '../../src/tenants/signing-secrets.ts';
 import { runPump } from '../../src/sweep/pump.ts';
-import {
-  sweepOnce,
-  type DispatcherCounts,
-  type PumpMessage,
-  type PumpSender,
-  type SweepCounts,
-  type TaskMessage,
-  type TaskSender,
-} from '../../src/sweep/sweep.ts';
+import type { PumpMessage, PumpSender, TaskMessage, TaskSender } from '../../src/queue/messages.ts';
+import { sweepOnce, type DispatcherCounts, type SweepCounts } from '../../src/sweep/sweep.ts';
 import { enqueueTasks, type EnqueueResult, type TaskInput } from '../../src/tasks/enqueue.ts';
 import { TEST_SIGNING_SECRET } from './secrets.ts';
 

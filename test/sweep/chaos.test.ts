@@ -12,7 +12,7 @@ import { z } from 'zod';
 import type { Db } from '../../src/db/seam.ts';
 import type { FaultPoint, Faults } from '../../src/faults.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
-import { isPumpMessage, type PumpMessage, type TaskMessage } from '../../src/sweep/sweep.ts';
+import { isPumpMessage, type PumpMessage, type TaskMessage } from '../../src/queue/messages.ts';
 import { T0, useTestDatabase } from '../helpers/db.ts';
 import { Crash, seeded } from '../helpers/faults.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';

@@ -69,12 +69,12 @@ describe('the reaper', () => {
     expect(counts.reaped).toEqual({ requeued: 2, retried: 1, dead: 1 });
     // The unsent one went back to queued with its vtime, attempt refunded, and
     // this same sweep claimed it again under epoch 2.
-    expect(await getTask(t.db, 'acme', unsent!.task!.id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 2 });
+    expect(await getTask(t.db, 'acme', unsent!.task!.id)).toMatchObject({ status: 'running', attempts: 1, epoch: 2 });
     const vtimeAfter = (await t.db.query<{ vtime: number }>('select vtime from tasks where id = $1', [unsent!.task!.id]))[0]!.vtime;
     expect(vtimeAfter).toBe(vtime);
-    expect(await getTask(t.db, 'acme', retry!.task!.id)).toMatchObject({ attempts: 2, leaseEpoch: 2 });
+    expect(await getTask(t.db, 'acme', retry!.task!.id)).toMatchObject({ attempts: 2, epoch: 2 });
     expect(await getTask(t.db, 'acme', spent!.task!.id)).toMatchObject({ status: 'dead', attempts: 1 });
-    expect(await getTask(t.db, 'acme', once!.task!.id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 2 });
+    expect(await getTask(t.db, 'acme', once!.task!.id)).toMatchObject({ status: 'running', attempts: 1, epoch: 2 });
   });
 });
 
@@ -189,7 +189,7 @@ describe('S10: the database clock jumping', () => {
     expect(back.reaped).toEqual({ requeued: 0, retried: 0, dead: 0 });
     expect(back.claimed).toBe(0);
     await h.consume([m!.body], { now: T0 });
-    expect(await getTask(t.db, 'acme', r!.task!.id)).toMatchObject({ status: 'succeeded', attempts: 1, leaseEpoch: 1 });
+    expect(await getTask(t.db, 'acme', r!.task!.id)).toMatchObject({ status: 'succeeded', attempts: 1, epoch: 1 });
     // And forward again: nothing left to do.
     const fwd = await h.sweep({ now: at(7200) });
     expect(fwd.claimed + fwd.reaped.requeued + fwd.reaped.retried + fwd.reaped.dead).toBe(0);

@@ -57,7 +57,7 @@ describe('enqueue → sweep → consume', () => {
     const counts = await h.sweep({ now: later });
     expect(counts.promoted).toBe(1);
     expect(counts.claimed).toBe(1);
-    expect(await getTask(t.db, 'acme', due!.task!.id)).toMatchObject({ status: 'running', leaseEpoch: 1 });
+    expect(await getTask(t.db, 'acme', due!.task!.id)).toMatchObject({ status: 'running', epoch: 1 });
     const [m] = h.outbox.take();
     // 37.25 s ahead: rounded down to whole seconds, less the Queue's 1 s batch
     // timeout; the consumer waits out the rest.

@@ -3,7 +3,7 @@
 // per sendBatch and spreads pump messages round-robin.
 import { describe, expect, it } from 'vitest';
 import { createShardedSender, shardOf } from '../../src/sweep/shards.ts';
-import type { PumpMessage, TaskMessage, TaskSender } from '../../src/sweep/sweep.ts';
+import type { PumpMessage, TaskMessage, TaskSender } from '../../src/queue/messages.ts';
 
 type Body = TaskMessage | PumpMessage;
 

@@ -30,7 +30,7 @@ describe('cut off in the sweep', () => {
     const id = await enqueue();
     await expect(h.sweep({ now: T0, faults: crashAt('sweep.after_claim') })).rejects.toThrow(Crash);
     expect(h.outbox.messages).toEqual([]);
-    expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 1, dispatchedAt: null });
+    expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, epoch: 1, dispatchedAt: null });
 
     // Within the claim lease nothing happens to it.
     const early = await h.sweep({ now: at(30) });
@@ -39,10 +39,10 @@ describe('cut off in the sweep', () => {
     const later = await h.sweep({ now: at(61) });
     expect(later.reaped.requeued).toBe(1);
     expect(later.claimed).toBe(1);
-    expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 2 });
+    expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, epoch: 2 });
 
     await h.consume(h.outbox.take().map((m) => m.body), { now: at(61) });
-    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 1, leaseEpoch: 2 });
+    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 1, epoch: 2 });
     expect(runs.get(id)).toBe(1);
     await expectNoLoss(t.db, at(61));
     await expectOneCompletion(t.db);
@@ -57,7 +57,7 @@ describe('cut off in the sweep', () => {
 
     await h.consume(sent.map((m) => m.body), { now: at(1) });
     const done = await task(id);
-    expect(done).toMatchObject({ status: 'succeeded', attempts: 1, leaseEpoch: 1 });
+    expect(done).toMatchObject({ status: 'succeeded', attempts: 1, epoch: 1 });
     expect(done!.dispatchedAt).not.toBeNull(); // the fenced start records the hand-off
     expect((await h.sweep({ now: at(3600) })).reaped).toEqual({ requeued: 0, retried: 0, dead: 0 });
     expect(runs.get(id)).toBe(1);
@@ -71,11 +71,11 @@ describe('cut off in the sweep', () => {
     expect((await task(id))!.dispatchedAt).toEqual(T0);
     // Past the claim lease (60 s), inside the dispatch lease (900 s): held.
     for (const s of [61, 899]) expect((await h.sweep({ now: at(s) })).reaped).toEqual({ requeued: 0, retried: 0, dead: 0 });
-    expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 1 });
+    expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, epoch: 1 });
     // Past it: sent and never reported, so the attempt counts (at-least-once:
     // retried; the backoff is within the look-ahead, so the same sweep claims attempt 2).
     expect((await h.sweep({ now: at(901) })).reaped).toEqual({ requeued: 0, retried: 1, dead: 0 });
-    expect(await task(id)).toMatchObject({ attempts: 2, leaseEpoch: 2, lastError: expect.stringContaining('lease expired') });
+    expect(await task(id)).toMatchObject({ attempts: 2, epoch: 2, lastError: expect.stringContaining('lease expired') });
   });
 
   it('S2 with the message lost: re-claimed under a new epoch; the old message arriving late is skipped', async () => {
@@ -94,7 +94,7 @@ describe('cut off in the sweep', () => {
     expect(runs.get(id)).toBeUndefined();
 
     await h.consume([fresh!.body], { now: at(62) });
-    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 1, leaseEpoch: 2 });
+    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 1, epoch: 2 });
     expect(runs.get(id)).toBe(1);
   });
 
@@ -102,12 +102,12 @@ describe('cut off in the sweep', () => {
     const ids = await Promise.all([enqueue(), enqueue(), enqueue()]);
     const failing = { sendBatch: async () => Promise.reject(new Error('queue unavailable')) };
     await expect(h.sweep({ now: T0, sender: failing })).rejects.toThrow('queue unavailable');
-    for (const id of ids) expect(await task(id)).toMatchObject({ status: 'queued', attempts: 0, leaseEpoch: 1 });
+    for (const id of ids) expect(await task(id)).toMatchObject({ status: 'queued', attempts: 0, epoch: 1 });
 
     const next = await h.sweep({ now: at(1) });
     expect(next.claimed).toBe(3);
     expect(next.dispatched).toBe(3);
-    for (const id of ids) expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 2 });
+    for (const id of ids) expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, epoch: 2 });
   });
 });
 
@@ -130,11 +130,11 @@ describe('cut off in the consumer', () => {
     const reap = await h.sweep({ now: at(61) });
     expect(reap.reaped.retried).toBe(1);
     const retry = await task(id);
-    expect(retry).toMatchObject({ status: 'running', attempts: 2, leaseEpoch: 2 });
+    expect(retry).toMatchObject({ status: 'running', attempts: 2, epoch: 2 });
     expect(retry!.lastError).toMatch(/lease expired/);
 
     await h.drain({ now: at(120) });
-    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 2, leaseEpoch: 2 });
+    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 2, epoch: 2 });
     expect(runs.get(id)).toBe(1);
   });
 
@@ -151,7 +151,7 @@ describe('cut off in the consumer', () => {
 
     await h.sweep({ now: at(61) });
     await h.drain({ now: at(120) });
-    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 2, leaseEpoch: 2 });
+    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 2, epoch: 2 });
     expect(runs.get(id)).toBe(2);
     await expectOneCompletion(t.db);
   });
@@ -181,7 +181,7 @@ describe('cut off in the consumer', () => {
     const reap = await h.sweep({ now: at(901) }); // past the dispatch lease
     expect(reap.reaped).toEqual({ requeued: 1, retried: 0, dead: 0 });
     // Requeued with its attempt refunded, and claimed again by the same sweep.
-    expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, leaseEpoch: 2, startedAt: null });
+    expect(await task(id)).toMatchObject({ status: 'running', attempts: 1, epoch: 2, startedAt: null });
     const [fresh] = h.outbox.take();
     expect(fresh!.body).toMatchObject({ id, epoch: 2 });
 
@@ -190,7 +190,7 @@ describe('cut off in the consumer', () => {
     expect(stale.results).toEqual([]);
     expect(runs.get(id)).toBeUndefined();
     await h.consume([fresh!.body], { now: at(902) });
-    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 1, leaseEpoch: 2 });
+    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 1, epoch: 2 });
     expect(runs.get(id)).toBe(1);
     await expectOneCompletion(t.db);
   });
@@ -203,7 +203,7 @@ describe('cut off in the consumer', () => {
     // Reap only (the queue paused, so nothing is claimed again).
     await t.db.query(`update queues set paused = true where name = 'default'`);
     await h.sweep({ now: at(901) });
-    expect(await task(id)).toMatchObject({ status: 'queued', attempts: 0, leaseEpoch: 1 });
+    expect(await task(id)).toMatchObject({ status: 'queued', attempts: 0, epoch: 1 });
     const stale = await h.consume([old!.body], { now: at(902) });
     expect(stale.results).toEqual([]);
     expect(runs.get(id)).toBeUndefined();

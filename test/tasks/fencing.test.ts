@@ -75,7 +75,7 @@ describe('S7: a stale consumer', () => {
 
     const after = await getTask(t.db, 'acme', id);
     expect(after).toEqual(owner);
-    expect(after).toMatchObject({ status: 'succeeded', leaseEpoch: 2, attempts: 2 });
+    expect(after).toMatchObject({ status: 'succeeded', epoch: 2, attempts: 2 });
     const lost = h.logs.find((l) => l.msg === 'fenced write lost');
     expect(lost).toMatchObject({ step: 'finishIfRunning', taskId: id, epoch: 1, currentEpoch: 2, currentStatus: 'succeeded' });
     expect(runs.map((r) => r.epoch)).toEqual([1, 2]);
@@ -137,14 +137,14 @@ describe('S7: a stale worker while the new owner is still at work', () => {
     const late = await stale;
     expect(heartbeatError).toBeInstanceOf(LeaseLostError);
     expect(late.results).toEqual([{ id, outcome: 'failed', status: 'lost' }]);
-    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'running', leaseEpoch: 2, lastError: expect.stringMatching(/lease expired/) });
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'running', epoch: 2, lastError: expect.stringMatching(/lease expired/) });
     const lost = h.logs.find((l) => l.msg === 'fenced write lost');
     expect(lost).toMatchObject({ step: 'finishIfRunning', taskId: id, epoch: 1, currentEpoch: 2, currentStatus: 'running' });
 
     // The new owner finishes: its result stands.
     newOwnerGate.open();
     expect((await fresh).results).toEqual([{ id, outcome: 'succeeded', status: 'succeeded' }]);
-    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'succeeded', leaseEpoch: 2, attempts: 2 });
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'succeeded', epoch: 2, attempts: 2 });
     expect(runs.map((x) => x.epoch)).toEqual([1, 2]);
     await expectOneCompletion(t.db);
   });
@@ -174,7 +174,7 @@ describe('S7: a stale worker while the new owner is still at work', () => {
     expect(b).toMatchObject({ claimed: 1, dispatched: 1, lost: 0 });
     expect(b.reaped.requeued).toBe(1);
     const owner = await getTask(t.db, 'acme', id);
-    expect(owner).toMatchObject({ status: 'running', leaseEpoch: 2 });
+    expect(owner).toMatchObject({ status: 'running', epoch: 2 });
 
     resume.open();
     const a = await sweepA;
@@ -218,13 +218,13 @@ describe('S7: a stale worker while the new owner is still at work', () => {
       },
     });
     await sendingB.wait;
-    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'running', leaseEpoch: 2, attempts: 1 });
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'running', epoch: 2, attempts: 1 });
 
     failA.open();
     await expect(sweepA).rejects.toThrow('queue unavailable');
     const released = h.logs.find((l) => l.msg === 'send to queue failed; claims released');
     expect(released).toMatchObject({ claimed: 1, released: 0 });
-    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'running', leaseEpoch: 2, attempts: 1 });
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'running', epoch: 2, attempts: 1 });
 
     // B's claim is intact: its send and mark go through, and its message runs the task.
     sendB.open();
@@ -309,7 +309,7 @@ describe('S7: a stale worker while the new owner is still at work', () => {
 
     release.open();
     expect((await consumed).results).toEqual([{ id, outcome: 'succeeded', status: 'succeeded' }]);
-    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'succeeded', attempts: 1, leaseEpoch: 1 });
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'succeeded', attempts: 1, epoch: 1 });
   });
 
   it('at_most_once: once the reaper ended a stalled attempt dead, its heartbeat raises LeaseLostError and its result is lost', async () => {
@@ -321,7 +321,7 @@ describe('S7: a stale worker while the new owner is still at work', () => {
     const sweep = await h.sweep({ now: at(631) });
     expect(sweep.reaped).toEqual({ requeued: 0, retried: 0, dead: 1 });
     const dead = await getTask(t.db, 'acme', id);
-    expect(dead).toMatchObject({ status: 'dead', leaseEpoch: 1 });
+    expect(dead).toMatchObject({ status: 'dead', epoch: 1 });
 
     gate.open(); // the stalled handler wakes, heartbeats, and reports
     const late = await stale;
@@ -356,7 +356,7 @@ describe('S7: a stale message for a paused queue', () => {
     expect(await getTask(t.db, 'acme', id)).toEqual(claimed);
     // Epoch 2's message finds the queue paused: its claim goes back, the attempt refunded.
     await h.consume([m2!.body], { now: at(h.config.claimLeaseSeconds + 3) });
-    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'queued', attempts: 0, leaseEpoch: 2 });
+    expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'queued', attempts: 0, epoch: 2 });
     expect(runs).toEqual([]);
   });
 });

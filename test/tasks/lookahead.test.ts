@@ -90,7 +90,7 @@ describe('reschedule by idempotency key, after the look-ahead claimed and sent t
     const [sent] = h.outbox.take();
     const { vtime } = await row(a!.task!.id);
     const [b] = await h.enqueue({ task: 'record', payload: { v: 2 }, delay: 40, idempotencyKey: 'k' }, { now: at(10) });
-    expect(b).toMatchObject({ outcome: 'rescheduled', task: { status: 'queued', leaseEpoch: 2, attempts: 0, runAt: at(50) } });
+    expect(b).toMatchObject({ outcome: 'rescheduled', task: { status: 'queued', epoch: 2, attempts: 0, runAt: at(50) } });
     expect((await row(a!.task!.id)).vtime).toBe(vtime);
     await h.consume([sent!.body], { now: at(30) });
     await h.drain({ now: at(50) });
@@ -98,13 +98,13 @@ describe('reschedule by idempotency key, after the look-ahead claimed and sent t
   });
 
   it('once the handler has started, the key is spent: deduplicated, nothing changes', async () => {
-    const [a] = await h.enqueue({ task: 'record', payload: { v: 1 }, delay: 5, idempotencyKey: 'k' }, { now: T0 });
+    await h.enqueue({ task: 'record', payload: { v: 1 }, delay: 5, idempotencyKey: 'k' }, { now: T0 });
     await h.sweep({ now: T0 });
     const [sent] = h.outbox.take();
     const started = await startIfClaimed(t.db, { now: at(5), tasks: [sent!.body], leaseGraceSeconds: 30 });
     expect(started.started).toHaveLength(1);
     const [b] = await h.enqueue({ task: 'record', payload: { v: 2 }, delay: 100, idempotencyKey: 'k' }, { now: at(6) });
-    expect(b).toMatchObject({ outcome: 'deduplicated', task: { status: 'running', leaseEpoch: 1, attempts: 1, payload: { v: 1 }, runAt: at(5) } });
+    expect(b).toMatchObject({ outcome: 'deduplicated', task: { status: 'running', epoch: 1, attempts: 1, payload: { v: 1 }, runAt: at(5) } });
   });
 
   for (const arrival of [
@@ -137,7 +137,7 @@ describe('reschedule by idempotency key, after the look-ahead claimed and sent t
             } else {
               expect(consumed.skipped, id).toBe(1);
               expect(rescheduled!.outcome, id).toBe('rescheduled');
-              expect(rescheduled!.task).toMatchObject({ leaseEpoch: 2, attempts: 0, payload: { v: 2 } });
+              expect(rescheduled!.task).toMatchObject({ epoch: 2, attempts: 0, payload: { v: 2 } });
               verdicts.rescheduleWon++;
             }
           }),

@@ -9,7 +9,8 @@ import { readConfig } from '../../src/config.ts';
 import { createNeonDb } from '../../src/db/neon.ts';
 import { silentLogger } from '../../src/log.ts';
 import { promoteDueTasks } from '../../src/db/sql/tasks-maintenance.ts';
-import { dispatchRunnable, type TaskMessage } from '../../src/sweep/sweep.ts';
+import type { TaskMessage } from '../../src/queue/messages.ts';
+import { dispatchRunnable } from '../../src/sweep/sweep.ts';
 
 const DLQ = 'edge-scheduler-tasks-dlq';
 const headers = { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json', 'x-tenant': 'worker-dlq' };

@@ -1,5 +1,5 @@
 // The API's JSON shapes as plain TypeScript, so the installed package needs
-// neither zod nor the server. The server's zod schemas (src/http/schemas.ts)
+// neither zod nor the server. The server's zod schemas (src/http/schemas/)
 // stay the source of truth: test/client/types.check.ts, run by
 // `npm run typecheck`, fails when a type here and its schema drift apart in
 // either direction (a field added, dropped, retyped or made optional).

@@ -17,7 +17,7 @@
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT, pendingQuotaOf } from './tasks-enqueue.ts';
-import { TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
+import { TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
 
 type Now = Date | null | undefined;
 

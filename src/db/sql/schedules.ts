@@ -2,9 +2,9 @@
 // and the materializer's two per-batch statements.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from '../../schedules/model.ts';
+import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from './scheduleRows.ts';
 import { NOT_STARTED } from './tasks-shared.ts';
-import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
+import { shownStatusSql, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
 
 type Now = Date | null | undefined;
 const at = (now: Now) => now ?? null;

@@ -4,7 +4,7 @@
 import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { taskFromRow, type Delivery, type Task, type TaskCallback, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
+import { taskFromRow, type Delivery, type Task, type TaskCallback, type TaskRow, type TaskStatus } from './taskRows.ts';
 import { at, CLAIMED_NOT_STARTED, NOT_STARTED, TASK_COLUMNS_T, type Now } from './tasks-shared.ts';
 
 export interface NewTask {

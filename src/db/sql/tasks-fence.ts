@@ -3,9 +3,16 @@
 import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { RATE_LIMIT_START_WAIT_SECONDS } from '../../tasks/options.ts';
-import { taskFromRow, type Task, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
+import { taskFromRow, type Task, type TaskRow, type TaskStatus } from './taskRows.ts';
 import { at, lostFromRow, TASK_COLUMNS_NULLS_BUT_ID, TASK_COLUMNS_T, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
+
+/**
+ * The fenced start lets a rate-limited task wait this long for its key's
+ * line (a late message meeting the next one on time); one pushed further goes
+ * back to its queue, attempt refunded. Below MAX_EARLY_WAIT_SECONDS (tasks/options.ts), so the
+ * consumer's wait is never cut short.
+ */
+const RATE_LIMIT_START_WAIT_SECONDS = 10;
 
 export interface StartedTask {
   task: Task;

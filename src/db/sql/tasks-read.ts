@@ -2,7 +2,7 @@
 // tasks-shared.ts.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
+import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
 import { at, NOT_STARTED, type Now } from './tasks-shared.ts';
 
 // Reads and cancel, always scoped by tenant

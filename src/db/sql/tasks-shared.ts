@@ -6,7 +6,10 @@
 // travels as parallel arrays through unnest(). Every parameter is cast; a
 // statement that reads the clock takes the override as $1 (null: the
 // database's now()), so tests travel in time and the database clock is the
-// only clock in production. The reads (get, list, spent keys) take the tenant as $1.
+// only clock in production. (The updated_at that a statement sets on a
+// tenants, concurrency_slots or rate_limits row is the real now(): a record
+// of the write, which no statement reads.) The reads (get, list, spent keys)
+// take the tenant as $1.
 //
 // Every write about an attempt is guarded by id + lease epoch + status: a
 // stale worker, a redelivered message or a retried statement changes nothing.
@@ -17,8 +20,7 @@
 // answered them by reading tasks_running_idx whole (its `status = 'running'`
 // predicate matches theirs): 10,100 rows and ~20 ms per 100 with 10,000
 // tasks in flight (`BENCH_RUNNING=10000 npm run bench:explain`).
-import type { TaskStatus } from '../../tasks/model.ts';
-import { TASK_COLUMNS } from '../../tasks/model.ts';
+import { TASK_COLUMNS, type TaskStatus } from './taskRows.ts';
 
 export type Now = Date | null | undefined;
 export const at = (now: Now) => now ?? null;

@@ -1,7 +1,7 @@
 // Statements for tenants, their keys, fair-queuing weights and queues.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { shownStatusSql, TASK_STATUSES, type TaskStatus } from '../../tasks/model.ts';
+import { shownStatusSql, TASK_STATUSES, type TaskStatus } from './taskRows.ts';
 
 type Now = Date | null | undefined;
 const at = (now: Now) => now ?? null;

@@ -2,8 +2,8 @@
 // schedule's next fire time, which stays as it is.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from '../../schedules/model.ts';
-import { TASK_COLUMNS, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
+import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from './scheduleRows.ts';
+import { TASK_COLUMNS, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
 import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT, pendingQuotaOf } from './tasks-enqueue.ts';
 
 type Now = Date | null | undefined;

@@ -6,7 +6,9 @@ import { notFound } from '../../errors.ts';
 import { createApiKey } from '../../tenants/keys.ts';
 import { effectiveQuotas } from '../../tenants/quotas.ts';
 import type { App, AppDeps } from '../context.ts';
-import { ApiKeySchema, IdParam, KeyCreateSchema, QueueName, QueuePauseSchema, TenantName, TenantSetSchema, TenantWeightSchema } from '../schemas.ts';
+import { IdParam, QueueName } from '../schemas/common.ts';
+import { QueuePauseSchema } from '../schemas/queues.ts';
+import { ApiKeySchema, KeyCreateSchema, TenantName, TenantSetSchema, TenantWeightSchema } from '../schemas/tenants.ts';
 import { commonErrors, json, jsonBody, notFoundError } from './common.ts';
 
 const createKeyRoute = createRoute({

@@ -1,6 +1,6 @@
 // Shared pieces of route definitions.
 import type { z } from '@hono/zod-openapi';
-import { ErrorSchema } from '../schemas.ts';
+import { ErrorSchema } from '../schemas/common.ts';
 
 export const json = <S extends z.ZodType>(schema: S, description: string) => ({
   content: { 'application/json': { schema } },

@@ -2,7 +2,7 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { QUEUE_STATS_FINISHED_WINDOW_SECONDS, queueStats } from '../../db/sql/tenants.ts';
 import type { App } from '../context.ts';
-import { QueueStatsSchema } from '../schemas.ts';
+import { QueueStatsSchema } from '../schemas/queues.ts';
 import { commonErrors, json } from './common.ts';
 
 const listQueuesRoute = createRoute({

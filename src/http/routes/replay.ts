@@ -15,8 +15,9 @@ import {
   DEFAULT_BULK_LIMIT,
   ReplaySchema,
   type BulkFilter,
-} from '../replaySchemas.ts';
-import { IdParam, TaskSchema, taskJson } from '../schemas.ts';
+} from '../schemas/replay.ts';
+import { IdParam } from '../schemas/common.ts';
+import { TaskSchema, taskJson } from '../schemas/tasks.ts';
 import { notFound } from '../../errors.ts';
 import { commonErrors, conflictError, json, notFoundError, quotaError } from './common.ts';
 import { kickDueQueues } from '../kick.ts';

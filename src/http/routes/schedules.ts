@@ -2,60 +2,24 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { databaseNow, getSchedule, listScheduleRuns, listSchedules, setScheduleEnabled } from '../../db/sql/schedules.ts';
 import { notFound } from '../../errors.ts';
-import { specOf, type Schedule } from '../../schedules/model.ts';
-import { nextFireTimes } from '../../schedules/recurrence.ts';
+import { nextFireTimes, specOf } from '../../schedules/recurrence.ts';
 import { deleteSchedule, pauseSchedule, putSchedule } from '../../schedules/service.ts';
 import type { App, AppDeps } from '../context.ts';
 import {
   NextQuery,
+  runPaging,
   ScheduleListQuery,
   ScheduleName,
+  scheduleJson,
+  schedulePaging,
   ScheduleRunsQuery,
   ScheduleSchema,
   ScheduleWriteSchema,
-  TaskPageSchema,
-  decodeCursor,
-  encodeCursor,
-  taskJson,
-} from '../schemas.ts';
+} from '../schemas/schedules.ts';
+import { TaskPageSchema, taskJson } from '../schemas/tasks.ts';
 import { commonErrors, json, jsonBody, notFoundError, quotaError } from './common.ts';
 
 const NameParam = z.object({ name: ScheduleName });
-const iso = (d: Date | null) => (d ? d.toISOString() : null);
-
-export function scheduleJson(s: Schedule) {
-  return {
-    name: s.name,
-    kind: s.kind,
-    cron: s.cron,
-    timezone: s.timezone,
-    interval: s.intervalSeconds,
-    recurrence:
-      s.kind === 'recurrence' ? { every: s.recurrenceEvery!, unit: s.recurrenceUnit!, start: s.anchor!.toISOString() } : null,
-    at: iso(s.fireAt),
-    task: s.task,
-    payload: s.payload,
-    queue: s.queue,
-    maxAttempts: s.maxAttempts,
-    backoff: { base: s.options.backoffBaseMs / 1000, max: s.options.backoffMaxMs / 1000 },
-    timeout: s.options.timeoutMs / 1000,
-    delivery: s.options.delivery,
-    concurrency: s.options.concurrency ?? null,
-    rateLimit: s.options.rateLimit ?? null,
-    priority: s.options.priority ?? 0,
-    callback: s.options.callback ?? null,
-    misfire: s.misfire,
-    misfireGrace: s.misfireGraceSeconds,
-    catchUpLimit: s.catchUpLimit,
-    overlap: s.overlap,
-    enabled: s.enabled,
-    nextRunAt: iso(s.nextRunAt),
-    lastFiredAt: iso(s.lastFiredAt),
-    createdAt: s.createdAt.toISOString(),
-    updatedAt: s.updatedAt.toISOString(),
-  };
-}
-
 const routes = {
   put: createRoute({
     method: 'put',
@@ -141,11 +105,12 @@ export function registerScheduleRoutes(app: App, deps: AppDeps): void {
   });
 
   app.openapi(routes.list, async (c) => {
-    const q = c.req.valid('query');
-    const limit = q.limit ?? 50;
-    const rows = await listSchedules(c.env.db, c.var.tenant, { afterName: q.cursor ? decodeCursor('name', q.cursor)! : undefined, limit: limit + 1 });
-    const page = rows.slice(0, limit);
-    return c.json({ schedules: page.map(scheduleJson), nextCursor: rows.length > limit ? encodeCursor('name', page.at(-1)!.name) : null }, 200);
+    const { page, nextCursor } = await schedulePaging.read(
+      c.req.valid('query'),
+      (afterName, limit) => listSchedules(c.env.db, c.var.tenant, { afterName, limit }),
+      (s) => s.name,
+    );
+    return c.json({ schedules: page.map(scheduleJson), nextCursor }, 200);
   });
 
   app.openapi(routes.get, async (c) => {
@@ -177,7 +142,7 @@ export function registerScheduleRoutes(app: App, deps: AppDeps): void {
     if (!s) throw notFound('schedule');
     const now = await databaseNow(c.env.db, c.env.now);
     const from = s.nextRunAt && s.nextRunAt > now ? new Date(s.nextRunAt.getTime() - 1) : new Date(now.getTime() - 1);
-    const times = nextFireTimes(specOf(s), from, c.req.valid('query').count ?? 10);
+    const times = nextFireTimes(specOf(s), from, c.req.valid('query').count);
     return c.json({ times: times.map((t) => t.toISOString()) }, 200);
   });
 
@@ -185,10 +150,12 @@ export function registerScheduleRoutes(app: App, deps: AppDeps): void {
     const s = await getSchedule(c.env.db, c.var.tenant, c.req.valid('param').name);
     if (!s) throw notFound('schedule');
     const q = c.req.valid('query');
-    const limit = q.limit ?? 50;
-    const before = q.cursor ? new Date(decodeCursor('at', q.cursor)!) : undefined;
-    const rows = await listScheduleRuns(c.env.db, c.var.tenant, s.id, { before, statuses: q.status?.split(','), limit: limit + 1 });
-    const page = rows.slice(0, limit);
-    return c.json({ tasks: page.map(taskJson), nextCursor: rows.length > limit ? encodeCursor('at', page.at(-1)!.scheduledFor!.toISOString()) : null }, 200);
+    const { page, nextCursor } = await runPaging.read(
+      q,
+      (before, limit) =>
+        listScheduleRuns(c.env.db, c.var.tenant, s.id, { before: before === undefined ? undefined : new Date(before), statuses: q.status?.split(','), limit }),
+      (t) => t.scheduledFor!.toISOString(),
+    );
+    return c.json({ tasks: page.map(taskJson), nextCursor }, 200);
   });
 }

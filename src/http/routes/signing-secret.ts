@@ -2,36 +2,11 @@
 // finding 1). A tenant key reads and rotates its tenant's; the admin token
 // any tenant's, through X-Tenant. The first read creates the secret.
 import { createRoute, z } from '@hono/zod-openapi';
-import {
-  DEFAULT_ROTATION_OVERLAP_SECONDS,
-  MAX_ROTATION_OVERLAP_SECONDS,
-  type TenantSigningSecrets,
-} from '../../tenants/signing-secrets.ts';
+import { DEFAULT_ROTATION_OVERLAP_SECONDS, type TenantSigningSecrets } from '../../tenants/signing-secrets.ts';
 import type { App, AppDeps } from '../context.ts';
-import { ErrorSchema } from '../schemas.ts';
+import { ErrorSchema } from '../schemas/common.ts';
+import { SigningSecretRotateSchema, SigningSecretSchema } from '../schemas/signing-secret.ts';
 import { commonErrors, json } from './common.ts';
-
-export const SigningSecretSchema = z
-  .object({
-    secret: z.string().openapi({ description: 'whsec_ and 32 random bytes in base64: verify deliveries with it', example: 'whsec_...' }),
-    createdAt: z.string(),
-    previous: z
-      .object({ secret: z.string(), expiresAt: z.string() })
-      .optional()
-      .openapi({ description: 'During a rotation: the replaced secret, still signing every delivery until expiresAt' }),
-  })
-  .openapi('SigningSecret');
-
-export const SigningSecretRotateSchema = z
-  .strictObject({
-    rotationOverlapSeconds: z
-      .int()
-      .min(0)
-      .max(MAX_ROTATION_OVERLAP_SECONDS)
-      .optional()
-      .openapi({ description: `How long the old secret keeps signing too (default ${DEFAULT_ROTATION_OVERLAP_SECONDS}; 0: at once)` }),
-  })
-  .openapi('SigningSecretRotate');
 
 const notConfiguredError = { 409: json(ErrorSchema, 'Signing secrets are not configured on this deployment') };
 

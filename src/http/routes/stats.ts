@@ -2,21 +2,8 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { finishedPerMinute } from '../../db/sql/stats.ts';
 import type { App } from '../context.ts';
+import { MinuteSchema, StatsQuery } from '../schemas/stats.ts';
 import { commonErrors, json } from './common.ts';
-
-const StatsQuery = z.strictObject({
-  minutes: z.coerce.number().int().min(1).max(180).default(60),
-});
-
-const MinuteSchema = z
-  .object({
-    queue: z.string(),
-    minute: z.string(),
-    finished: z.record(z.string(), z.int()).openapi({ description: 'Tasks finished in this minute, by outcome.' }),
-    dueToStartP50: z.number().nullable(),
-    dueToStartP99: z.number().nullable(),
-  })
-  .openapi('MinuteStats');
 
 const finishedRoute = createRoute({
   method: 'get',
@@ -25,8 +12,6 @@ const finishedRoute = createRoute({
   request: { query: StatsQuery },
   responses: { 200: json(z.object({ minutes: z.array(MinuteSchema) }).openapi('FinishedStats'), 'Per-minute series'), ...commonErrors },
 });
-
-export type MinuteStatsJson = z.output<typeof MinuteSchema>;
 
 export function registerStatsRoutes(app: App): void {
   app.openapi(finishedRoute, async (c) => {

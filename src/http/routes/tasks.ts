@@ -8,20 +8,18 @@ import type { App, AppDeps } from '../context.ts';
 import { kickDueQueues } from '../kick.ts';
 import { commonErrors, conflictError, json, jsonBody, quotaError } from './common.ts';
 import { isStorableText } from '../hostile-json.ts';
+import { ErrorSchema, IdParam } from '../schemas/common.ts';
 import {
-  ErrorSchema,
   SpentTaskSchema,
   TaskBatchSchema,
   TaskCreateSchema,
   TaskListQuery,
   TaskPageSchema,
-  decodeCursor,
-  encodeCursor,
-  IdParam,
-  TaskSchema,
   taskJson,
+  taskPaging,
+  TaskSchema,
   toTaskInput,
-} from '../schemas.ts';
+} from '../schemas/tasks.ts';
 
 const createTaskRoute = createRoute({
   method: 'post',
@@ -55,7 +53,7 @@ const cancelTaskRoute = createRoute({
     200: json(TaskSchema, 'Cancelled (or already cancelled)'),
     ...commonErrors,
     404: json(ErrorSchema, 'No such task for this tenant'),
-    409: json(ErrorSchema, 'The task has started or finished'),
+    ...conflictError('The task has started or finished'),
   },
 });
 
@@ -77,7 +75,7 @@ const cancelTaskByKeyRoute = createRoute({
     200: json(TaskSchema, 'Cancelled (or already cancelled)'),
     ...commonErrors,
     404: json(ErrorSchema, 'No task with this key for this tenant'),
-    409: json(ErrorSchema, 'The task has started or finished'),
+    ...conflictError('The task has started or finished'),
   },
 });
 
@@ -142,18 +140,20 @@ export function registerTaskRoutes(app: App, deps: AppDeps): void {
 
   app.openapi(listTasksRoute, async (c) => {
     const q = c.req.valid('query');
-    const limit = q.limit ?? 50;
-    const tasks = await listTasks(c.env.db, c.var.tenant, {
-      queue: q.queue,
-      statuses: q.status?.split(','),
-      task: q.task,
-      createdAfter: q.createdAfter ? new Date(q.createdAfter) : undefined,
-      createdBefore: q.createdBefore ? new Date(q.createdBefore) : undefined,
-      beforeId: q.cursor ? decodeCursor('id', q.cursor)! : undefined,
-      limit: limit + 1,
-    });
-    const page = tasks.slice(0, limit);
-    const nextCursor = tasks.length > limit ? encodeCursor('id', page.at(-1)!.id) : null;
+    const { page, nextCursor } = await taskPaging.read(
+      q,
+      (beforeId, limit) =>
+        listTasks(c.env.db, c.var.tenant, {
+          queue: q.queue,
+          statuses: q.status?.split(','),
+          task: q.task,
+          createdAfter: q.createdAfter ? new Date(q.createdAfter) : undefined,
+          createdBefore: q.createdBefore ? new Date(q.createdBefore) : undefined,
+          beforeId,
+          limit,
+        }),
+      (t) => t.id,
+    );
     return c.json({ tasks: page.map(taskJson), nextCursor }, 200);
   });
 

@@ -2,7 +2,8 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { triggerSchedule } from '../../schedules/trigger.ts';
 import type { App, AppDeps } from '../context.ts';
-import { ScheduleName, TaskSchema, taskJson } from '../schemas.ts';
+import { ScheduleName } from '../schemas/schedules.ts';
+import { TaskSchema, taskJson } from '../schemas/tasks.ts';
 import { commonErrors, conflictError, json, notFoundError, quotaError } from './common.ts';
 import { kickDueQueues } from '../kick.ts';
 

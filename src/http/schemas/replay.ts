@@ -1,23 +1,20 @@
-// Schemas of replay, bulk actions and schedule triggers (issue 15).
+// Replay, bulk actions and attempts (issue 15).
 import { z } from '@hono/zod-openapi';
-import { CANCELLABLE_STATUSES } from '../db/sql/bulkCancel.ts';
-import { REPLAYABLE_STATUSES } from '../db/sql/replay.ts';
-import { TASK_STATUSES } from '../tasks/model.ts';
-import { Instant, MAX_DELAY_SECONDS, QueueName, TaskType, inRunAtRange, isId } from './schemas.ts';
+import { CANCELLABLE_STATUSES } from '../../db/sql/bulkCancel.ts';
+import { REPLAYABLE_STATUSES } from '../../db/sql/replay.ts';
+import { TASK_STATUSES } from '../../db/sql/taskRows.ts';
+import { Instant, QueueName, TaskIdString } from './common.ts';
+import { checkStart, Delay, TaskType } from './tasks.ts';
 
 export const MAX_BULK_LIMIT = 10_000;
 export const DEFAULT_BULK_LIMIT = 1000;
 
-/** A task id in a body: a positive bigint, as a string. */
-export const TaskIdString = z.string().refine(isId, 'an id (digits, at most 9223372036854775807)').openapi({ example: '42' });
-
 export const ReplaySchema = z
   .strictObject({
     runAt: Instant.optional().openapi({ description: 'When the replay is due (default now). Exclusive with delay.' }),
-    delay: z.number().min(0).max(MAX_DELAY_SECONDS).optional().openapi({ description: 'Seconds from now.' }),
+    delay: Delay,
   })
-  .refine((t) => t.runAt === undefined || t.delay === undefined, { message: 'give runAt or delay, not both', path: ['delay'] })
-  .refine((t) => t.runAt === undefined || inRunAtRange(t.runAt), { message: 'must be between the years 2000 and 2200', path: ['runAt'] })
+  .superRefine(checkStart)
   .openapi('Replay');
 
 const FILTER_FIELDS = ['queue', 'status', 'task', 'createdAfter', 'createdBefore', 'ids'] as const;
@@ -67,7 +64,6 @@ export const BulkReplayResultSchema = z
     replayIds: z.array(z.string()).openapi({ description: 'Their replays (new tasks), in the same order.' }),
   })
   .openapi('BulkReplayResult');
-
 
 export const AttemptSchema = z
   .object({

@@ -1,10 +1,12 @@
-// The task as the core sees it, and the one place its columns are mapped.
+// A task as the core sees it, its row, and the one place its columns are
+// mapped: beside the statements that select them, so nothing under db/sql
+// imports from the layers above it (tasks/, schedules/, http/).
 
 export const TASK_STATUSES = ['scheduled', 'queued', 'running', 'succeeded', 'dead', 'cancelled', 'missed'] as const;
 export type TaskStatus = (typeof TASK_STATUSES)[number];
-export const TERMINAL_STATUSES: readonly TaskStatus[] = ['succeeded', 'dead', 'cancelled', 'missed'];
 
-export type Delivery = 'at_least_once' | 'at_most_once';
+export const DELIVERIES = ['at_least_once', 'at_most_once'] as const;
+export type Delivery = (typeof DELIVERIES)[number];
 
 export interface Task {
   id: string;
@@ -26,7 +28,8 @@ export interface Task {
   backoffMaxMs: number;
   timeoutMs: number;
   delivery: Delivery;
-  leaseEpoch: number;
+  /** The fencing epoch (column lease_epoch): each claim bumps it, and every fenced write names it. */
+  epoch: number;
   idempotencyKey: string | null;
   scheduleId: string | null;
   scheduledFor: Date | null;
@@ -126,7 +129,7 @@ export function taskFromRow(r: TaskRow): Task {
     backoffMaxMs: r.backoff_max_ms,
     timeoutMs: r.timeout_ms,
     delivery: r.delivery,
-    leaseEpoch: Number(r.lease_epoch),
+    epoch: Number(r.lease_epoch),
     idempotencyKey: r.idempotency_key,
     scheduleId: r.schedule_id === null ? null : String(r.schedule_id),
     scheduledFor: r.scheduled_for,

@@ -1,10 +1,15 @@
-// A schedule as the core sees it, and the one place its columns are mapped.
-import type { Delivery, TaskCallback } from '../tasks/model.ts';
-import type { RecurrenceUnit, ScheduleSpec } from './recurrence.ts';
+// A schedule as the core sees it, its row, and the one place its columns are
+// mapped, beside the statements that select them (like taskRows.ts).
+import type { Delivery, TaskCallback } from './taskRows.ts';
 
-export type ScheduleKind = 'cron' | 'interval' | 'recurrence' | 'once';
-export type MisfirePolicy = 'run_once' | 'catch_up' | 'skip';
-export type OverlapPolicy = 'allow' | 'skip';
+export const RECURRENCE_UNITS = ['minutes', 'hours', 'days', 'weeks', 'months'] as const;
+export type RecurrenceUnit = (typeof RECURRENCE_UNITS)[number];
+export const SCHEDULE_KINDS = ['cron', 'interval', 'recurrence', 'once'] as const;
+export type ScheduleKind = (typeof SCHEDULE_KINDS)[number];
+export const MISFIRE_POLICIES = ['run_once', 'catch_up', 'skip'] as const;
+export type MisfirePolicy = (typeof MISFIRE_POLICIES)[number];
+export const OVERLAP_POLICIES = ['allow', 'skip'] as const;
+export type OverlapPolicy = (typeof OVERLAP_POLICIES)[number];
 
 /** What every occurrence task inherits, resolved against the defaults when the schedule was written. */
 export interface OccurrenceOptions {
@@ -109,18 +114,4 @@ export function scheduleFromRow(r: ScheduleRow): Schedule {
     createdAt: r.created_at,
     updatedAt: r.updated_at,
   };
-}
-
-/** The recurrence maths' view of a schedule. */
-export function specOf(s: Pick<Schedule, 'kind' | 'cron' | 'timezone' | 'intervalSeconds' | 'recurrenceEvery' | 'recurrenceUnit' | 'anchor' | 'fireAt'>): ScheduleSpec {
-  switch (s.kind) {
-    case 'cron':
-      return { kind: 'cron', cron: s.cron!, timezone: s.timezone };
-    case 'interval':
-      return { kind: 'interval', intervalSeconds: s.intervalSeconds!, anchor: s.anchor! };
-    case 'recurrence':
-      return { kind: 'recurrence', every: s.recurrenceEvery!, unit: s.recurrenceUnit!, start: s.anchor!, timezone: s.timezone };
-    case 'once':
-      return { kind: 'once', at: s.fireAt! };
-  }
 }
