@@ -3,49 +3,18 @@
 // GET /v1/tasks/{id} shows it, signed with the tenant's secret
 // (verifyWebhook of the typed client), webhook-id `<id>.callback`, once per
 // terminal state, retried while the receiver fails.
-import { createExecutionContext, createScheduledController, waitOnExecutionContext } from 'cloudflare:test';
-import { env, exports } from 'cloudflare:workers';
-import worker from '../../functions/index.ts';
+import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import { verifyWebhook } from '../../packages/client/src/webhooks.ts';
+import { api, deliveries, signingSecret, sweep, sweepUntil } from '../helpers/workerd.ts';
 
 const TENANT = 'worker-callbacks';
-const headers = { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json', 'x-tenant': TENANT };
-
-async function call(method: string, path: string, body?: unknown, tenant = TENANT) {
-  const res = await exports.default.fetch(`https://scheduler.test${path}`, {
-    method,
-    headers: { ...headers, 'x-tenant': tenant },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: res.status, body: (await res.json()) as any };
-}
-/** Fires the cron handler (the sweep), as the ticker would. */
-async function tick() {
-  const ctx = createExecutionContext();
-  await worker.scheduled(createScheduledController({ cron: '* * * * *' }), env as never, ctx);
-  await waitOnExecutionContext(ctx);
-}
-async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (ok(v) || Date.now() > deadline) return v;
-    await tick();
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-const deliveries = async (path: string) =>
-  (await (await fetch(`${env.RECEIVER_URL}/_deliveries?path=${encodeURIComponent(path)}`)).json()) as {
-    method: string;
-    headers: Record<string, string>;
-    body: string;
-  }[];
+const call = (method: string, path: string, body?: unknown) => api(method, path, { tenant: TENANT, body });
 const hook = (kind: string) => `/hook/${kind}/${crypto.randomUUID()}`;
 
 describe('completion callbacks', () => {
   it('delivers once per terminal state the task as GET shows it, signed, webhook-id <id>.callback', async () => {
-    const { secret } = (await call('GET', '/v1/signing-secret')).body as { secret: string };
+    const { secret } = await signingSecret(TENANT);
     const paths = { succeeded: hook('ok'), dead: hook('ok'), cancelled: hook('ok') };
     const ok = await call('POST', '/v1/tasks', { task: 'noop', payload: {}, callback: { url: `${env.RECEIVER_URL}${paths.succeeded}` } });
     const dead = await call('POST', '/v1/tasks', {
@@ -67,7 +36,7 @@ describe('completion callbacks', () => {
       ['cancelled', cancelled],
     ] as const) {
       const path = paths[status];
-      const got = await until(() => deliveries(path), (d) => d.length > 0);
+      const got = await sweepUntil(() => deliveries(path), (d) => d.length > 0);
       expect(got, status).toHaveLength(1);
       const [d] = got;
       expect(d!.method).toBe('POST');
@@ -77,7 +46,7 @@ describe('completion callbacks', () => {
       expect(shown.status).toBe(status);
       expect(JSON.parse(d!.body)).toEqual(shown);
       // Another tenant's secret does not verify it.
-      const other = (await call('GET', '/v1/signing-secret', undefined, 'worker-callbacks-other')).body.secret as string;
+      const other = (await signingSecret('worker-callbacks-other')).secret;
       await expect(verifyWebhook({ secret: other, headers: d!.headers, body: d!.body })).rejects.toThrow();
     }
     expect(JSON.parse((await deliveries(paths.dead))[0]!.body).lastError).toMatch(/404/);
@@ -86,8 +55,8 @@ describe('completion callbacks', () => {
     const list = (await call('GET', '/v1/tasks?task=http&limit=100')).body.tasks as any[];
     const cb = list.find((t) => t.callbackOf === ok.body.id);
     expect(cb).toMatchObject({ task: 'http', status: 'succeeded', callback: null });
-    await tick();
-    await tick();
+    await sweep();
+    await sweep();
     expect(await deliveries(paths.succeeded)).toHaveLength(1);
     expect(await deliveries(quiet)).toHaveLength(0);
     expect((await call('GET', `/v1/tasks/${notOn.body.id}`)).body.status).toBe('succeeded');
@@ -96,7 +65,7 @@ describe('completion callbacks', () => {
   it('retries the callback while its receiver fails, with the same webhook-id', async () => {
     const path = hook('busy'); // 503, Retry-After: 1
     const r = await call('POST', '/v1/tasks', { task: 'noop', callback: { url: `${env.RECEIVER_URL}${path}` } });
-    const got = await until(() => deliveries(path), (d) => d.length >= 2, 30_000);
+    const got = await sweepUntil(() => deliveries(path), (d) => d.length >= 2, 30_000);
     expect(got.length).toBeGreaterThanOrEqual(2);
     expect(new Set(got.map((d) => d.headers['webhook-id']))).toEqual(new Set([`${r.body.id}.callback`]));
     const list = (await call('GET', '/v1/tasks?task=http&limit=100')).body.tasks as any[];

@@ -1,12 +1,11 @@
 // Every route of the API, success and error, driven only through the typed
 // client, against the Worker running in workerd.
-import { env, exports } from 'cloudflare:workers';
+import { env } from 'cloudflare:workers';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ApiError, createClient, type Client } from '../../packages/client/src/index.ts';
+import { ApiError, type Client } from '../../packages/client/src/index.ts';
+import { workerClient } from '../helpers/workerd.ts';
 
-const base = 'https://scheduler.test';
-const viaWorker = (request: Request) => exports.default.fetch(request);
-const admin = createClient({ baseUrl: base, key: env.ADMIN_TOKEN, fetch: viaWorker });
+const admin = workerClient();
 let acme: Client;
 let other: Client;
 
@@ -29,8 +28,8 @@ async function fails(promise: Promise<unknown>, status: number, code: string, pa
 beforeAll(async () => {
   const a = await admin.admin.createKey('client-acme');
   const b = await admin.admin.createKey('client-other');
-  acme = createClient({ baseUrl: base, key: a.key, fetch: viaWorker });
-  other = createClient({ baseUrl: base, key: b.key, fetch: viaWorker });
+  acme = workerClient({ key: a.key });
+  other = workerClient({ key: b.key });
 });
 
 describe('the client, over every route', () => {
@@ -127,7 +126,7 @@ describe('the client, over every route', () => {
     await fails(acme.admin.createKey('client-acme'), 401, 'unauthorized');
 
     const key = await admin.admin.createKey('client-temp');
-    const temp = createClient({ baseUrl: base, key: key.key, fetch: viaWorker });
+    const temp = workerClient({ key: key.key });
     expect(await temp.queues.list()).toEqual([]);
     expect((await admin.admin.revokeKey(key.id)).revokedAt).not.toBeNull();
     await fails(temp.queues.list(), 401, 'unauthorized');

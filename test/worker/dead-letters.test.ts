@@ -2,7 +2,7 @@
 // is acknowledged and its task settled through the fenced finish; a stale or
 // malformed one changes nothing.
 import { createExecutionContext, createMessageBatch, getQueueResult, waitOnExecutionContext } from 'cloudflare:test';
-import { env, exports } from 'cloudflare:workers';
+import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import worker from '../../functions/index.ts';
 import { readConfig } from '../../src/config.ts';
@@ -11,14 +11,10 @@ import { silentLogger } from '../../src/log.ts';
 import { promoteDueTasks } from '../../src/db/sql/tasks-maintenance.ts';
 import type { TaskMessage } from '../../src/queue/messages.ts';
 import { dispatchRunnable } from '../../src/sweep/sweep.ts';
+import { api, getTask } from '../helpers/workerd.ts';
 
 const DLQ = 'edge-scheduler-tasks-dlq';
-const headers = { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json', 'x-tenant': 'worker-dlq' };
-
-async function api(method: string, path: string, body?: unknown) {
-  const res = await exports.default.fetch(`https://scheduler.test${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  return (await res.json()) as any;
-}
+const TENANT = 'worker-dlq';
 
 /**
  * Tasks claimed and "sent" for real, except that their messages are kept
@@ -29,7 +25,7 @@ async function dispatchedTasks(inputs: object[]): Promise<{ ids: string[]; messa
   const queue = `dlq-${crypto.randomUUID().slice(0, 8)}`;
   // Far enough out that no enqueue kick dispatches them; then made due, promoted and claimed here.
   const ids: string[] = [];
-  for (const input of inputs) ids.push((await api('POST', '/v1/tasks', { task: 'noop', queue, delay: 3600, ...input })).id);
+  for (const input of inputs) ids.push((await api('POST', '/v1/tasks', { tenant: TENANT, body: { task: 'noop', queue, delay: 3600, ...input } })).body.id);
   const messages: TaskMessage[] = [];
   const db = createNeonDb({ connectionString: env.DATABASE_URL, wsProxy: env.DATABASE_WS_PROXY });
   try {
@@ -60,7 +56,7 @@ describe('the dead-letter queue consumer', () => {
     expect(result.explicitAcks.sort()).toEqual(['dlq-0', 'dlq-1', 'dlq-2', 'dlq-3']);
     expect(result.retryMessages).toEqual([]);
 
-    const [retried, atMostOnce, spent] = await Promise.all(ids.map((id) => api('GET', `/v1/tasks/${id}`)));
+    const [retried, atMostOnce, spent] = await Promise.all(ids.map((id) => getTask(id, TENANT)));
     expect(retried).toMatchObject({ status: 'scheduled', attempts: 1 });
     expect(retried.lastError).toMatch(/dead-lettered/);
     expect(atMostOnce).toMatchObject({ status: 'dead', attempts: 1 });
@@ -74,7 +70,7 @@ describe('the dead-letter queue consumer', () => {
     const result = await deliverToDeadLetterQueue([stale]);
     expect(result.explicitAcks).toEqual(['dlq-0']);
     // Still claimed and not started: shown as waiting, its claim in `dispatch`.
-    expect(await api('GET', `/v1/tasks/${ids[0]}`)).toMatchObject({
+    expect(await getTask(ids[0]!, TENANT)).toMatchObject({
       status: 'queued',
       lastError: null,
       dispatch: { epoch: messages[0]!.epoch },

@@ -2,31 +2,19 @@
 // tenant's own secret that a Standard Webhooks receiver verifies (and no other
 // tenant's secret does), both secrets during a rotation, a stable webhook-id
 // across retries, and permanent failures.
-import { env, exports } from 'cloudflare:workers';
+import { env } from 'cloudflare:workers';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
-import { adminHeaders, deliveries, getTask, sweep, until } from '../helpers/workerd.ts';
+import { api, deliveries, getTask, signingSecret, sweepUntil, until, type Delivery } from '../helpers/workerd.ts';
 
-const headers = adminHeaders('worker-http');
-
-async function enqueue(body: unknown, tenant = 'worker-http') {
-  const res = await exports.default.fetch('https://scheduler.test/v1/tasks', {
-    method: 'POST',
-    headers: { ...headers, 'x-tenant': tenant },
-    body: JSON.stringify(body),
-  });
-  return { status: res.status, body: (await res.json()) as any };
-}
-async function signingSecret(tenant: string, rotate?: { rotationOverlapSeconds: number }) {
-  const res = await exports.default.fetch(`https://scheduler.test/v1/signing-secret${rotate ? '/rotate' : ''}`, {
-    method: rotate ? 'POST' : 'GET',
-    headers: { ...headers, 'x-tenant': tenant },
-    body: rotate ? JSON.stringify(rotate) : undefined,
-  });
-  expect(res.status).toBe(200);
-  return (await res.json()) as { secret: string; previous?: { secret: string } };
-}
-const verifies = (secret: string, d: { body: string; headers: Record<string, string> }) => {
+const TENANT = 'worker-http';
+const enqueue = (body: unknown, tenant = TENANT) => api('POST', '/v1/tasks', { tenant, body });
+const rotate = async (tenant: string, rotationOverlapSeconds: number) => {
+  const r = await api('POST', '/v1/signing-secret/rotate', { tenant, body: { rotationOverlapSeconds } });
+  expect(r.status).toBe(200);
+  return r.body as { secret: string; previous?: { secret: string } };
+};
+const verifies = (secret: string, d: Delivery) => {
   try {
     new Webhook(secret).verify(d.body, d.headers);
     return true;
@@ -34,11 +22,8 @@ const verifies = (secret: string, d: { body: string; headers: Record<string, str
     return false;
   }
 };
-const task = (id: string, tenant = 'worker-http') => getTask(id, tenant);
-const attempts = async (id: string, tenant = 'worker-http') => {
-  const res = await exports.default.fetch(`https://scheduler.test/v1/tasks/${id}/attempts`, { headers: { ...headers, 'x-tenant': tenant } });
-  return { status: res.status, body: (await res.json()) as any };
-};
+const task = (id: string, tenant = TENANT) => getTask(id, tenant);
+const attempts = (id: string, tenant = TENANT) => api('GET', `/v1/tasks/${id}/attempts`, { tenant });
 
 describe('the http task type', () => {
   it('delivers a request signed after Standard Webhooks; one changed byte fails verification', async () => {
@@ -53,11 +38,11 @@ describe('the http task type', () => {
     expect(history.body.attempts).toEqual([expect.objectContaining({ attempt: 1, outcome: 'succeeded', status: 200, error: null })]);
     expect((await attempts(r.body.id, 'worker-http-other')).status).toBe(404);
 
-    const [d] = await deliveries(path);
+    const d = (await deliveries(path))[0]!;
     expect(d.method).toBe('POST');
     expect(d.body).toBe('{"order":42}');
     expect(d.headers['webhook-id']).toBe(r.body.id);
-    const wh = new Webhook((await signingSecret('worker-http')).secret);
+    const wh = new Webhook((await signingSecret(TENANT)).secret);
     expect(wh.verify(d.body, d.headers)).toEqual({ order: 42 });
     expect(() => wh.verify(d.body.replace('42', '43'), d.headers)).toThrow();
     // Neither another tenant's secret nor the Worker's SIGNING_SECRET (now only a key-encryption key) verifies it.
@@ -72,18 +57,17 @@ describe('the http task type', () => {
       const r = await enqueue({ task: 'http', payload: { url: `${env.RECEIVER_URL}${path}`, body: { tenant } } }, tenant);
       expect(r.status).toBe(201);
       expect((await until(() => task(r.body.id, tenant), (t) => t.status === 'succeeded')).status).toBe('succeeded');
-      const [d] = await deliveries(path);
-      return d;
+      return (await deliveries(path))[0]!;
     };
     const first = await signingSecret(tenant);
-    const rotated = await signingSecret(tenant, { rotationOverlapSeconds: 3600 });
+    const rotated = await rotate(tenant, 3600);
     expect(rotated.previous?.secret).toBe(first.secret);
     const during = await send();
-    expect(during.headers['webhook-signature'].split(' ')).toHaveLength(2);
+    expect(during.headers['webhook-signature']!.split(' ')).toHaveLength(2);
     expect(verifies(first.secret, during)).toBe(true);
     expect(verifies(rotated.secret, during)).toBe(true);
 
-    const atOnce = await signingSecret(tenant, { rotationOverlapSeconds: 0 });
+    const atOnce = await rotate(tenant, 0);
     expect(atOnce.previous).toBeUndefined();
     const after = await send();
     expect(verifies(atOnce.secret, after)).toBe(true);
@@ -95,14 +79,7 @@ describe('the http task type', () => {
     const path = `/hook/busy/${crypto.randomUUID()}`;
     const r = await enqueue({ task: 'http', payload: { url: `${env.RECEIVER_URL}${path}` }, maxAttempts: 2 });
     // The retry becomes due a second later: fire the cron handler, as the ticker would.
-    const done = await until(
-      async () => {
-        await sweep();
-        return task(r.body.id);
-      },
-      (t) => t.status === 'dead',
-      30_000,
-    );
+    const done = await sweepUntil(() => task(r.body.id), (t) => t.status === 'dead', 30_000);
     expect(done).toMatchObject({ status: 'dead', attempts: 2 });
     expect(done.lastError).toMatch(/503/);
     const got = await deliveries(path);
@@ -128,16 +105,15 @@ describe('the http task type', () => {
   it('a traceparent sent with the enqueue arrives at the receiver as its child, with the tracestate', async () => {
     const path = `/hook/ok/${crypto.randomUUID()}`;
     const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
-    const res = await exports.default.fetch('https://scheduler.test/v1/tasks', {
-      method: 'POST',
-      headers: { ...headers, traceparent, tracestate: 'rojo=00f067aa0ba902b7' },
-      body: JSON.stringify({ task: 'http', payload: { url: `${env.RECEIVER_URL}${path}` } }),
+    const r = await api('POST', '/v1/tasks', {
+      tenant: TENANT,
+      body: { task: 'http', payload: { url: `${env.RECEIVER_URL}${path}` } },
+      headers: { traceparent, tracestate: 'rojo=00f067aa0ba902b7' },
     });
-    const r = (await res.json()) as any;
-    expect(res.status).toBe(201);
-    const done = await until(() => task(r.id), (t) => t.status === 'succeeded');
+    expect(r.status).toBe(201);
+    const done = await until(() => task(r.body.id), (t) => t.status === 'succeeded');
     expect(done.status).toBe('succeeded');
-    const [d] = await deliveries(path);
+    const d = (await deliveries(path))[0]!;
     expect(d.headers.traceparent).toMatch(/^00-0af7651916cd43dd8448eb211c80319c-[0-9a-f]{16}-01$/);
     expect(d.headers.traceparent).not.toBe(traceparent);
     expect(d.headers.tracestate).toBe('rojo=00f067aa0ba902b7');

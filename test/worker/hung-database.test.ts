@@ -8,15 +8,17 @@ import { describe, expect, it } from 'vitest';
 import worker from '../../functions/index.ts';
 import { createNeonDb } from '../../src/db/neon.ts';
 import { createPgDb } from '../../src/db/pg.ts';
+import { adminHeaders, BASE } from '../helpers/workerd.ts';
 import { envWithDatabase } from './databases.ts';
 
 const hungEnv = () =>
   envWithDatabase(`postgres://nobody:secret@${env.HUNG_ADDRESS}/none`, { DB_CONNECT_TIMEOUT_MS: '400', DB_STATEMENT_TIMEOUT_MS: '400' });
 
+/** A timed request to the Worker with the hung database's env (the shared `api` goes through `exports.default`, bound to the test env). */
 async function call(path: string, init: RequestInit = {}) {
   const ctx = createExecutionContext();
   const started = Date.now();
-  const res = await worker.fetch(new Request(`https://scheduler.test${path}`, init) as never, hungEnv(), ctx);
+  const res = await worker.fetch(new Request(`${BASE}${path}`, init) as never, hungEnv(), ctx);
   const body = (await res.json()) as any;
   const ms = Date.now() - started;
   await waitOnExecutionContext(ctx);
@@ -34,7 +36,7 @@ describe('a hung database, through the Worker', () => {
   it('POST /v1/tasks answers 503 database_unavailable within the timeout', async () => {
     const r = await call('/v1/tasks', {
       method: 'POST',
-      headers: { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json', 'x-tenant': 'hung' },
+      headers: adminHeaders('hung'),
       body: JSON.stringify({ task: 'noop' }),
     });
     expect(r.status).toBe(503);

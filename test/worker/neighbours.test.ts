@@ -4,28 +4,21 @@
 // neighbour is stored while the slow one still runs; then their leases are
 // expired (time travel by lease) and the reaper runs: it finds nothing of
 // theirs, and each neighbour ends succeeded, attempt 1, delivered once.
-import { env, exports } from 'cloudflare:workers';
+import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import { createNeonDb } from '../../src/db/neon.ts';
-import { adminHeaders, deliveries, sweep, until } from '../helpers/workerd.ts';
+import { api, deliveries, getTask, sweep, until } from '../helpers/workerd.ts';
 
 const tenant = 'worker-neighbours';
-const headers = adminHeaders(tenant);
-
-async function api(path: string, init: RequestInit = {}) {
-  const res = await exports.default.fetch(`https://scheduler.test${path}`, { ...init, headers });
-  return { status: res.status, body: (await res.json()) as any };
-}
-
 
 describe('a slow task beside fast neighbours in one Queue batch', () => {
   it('every neighbour succeeds once, attempt 1, long before the slow one ends', async () => {
     const queue = `neighbours-${crypto.randomUUID()}`;
     const holdPath = `/hook/hold/${crypto.randomUUID()}`;
     const okPaths = [1, 2, 3, 4].map(() => `/hook/ok/${crypto.randomUUID()}`);
-    const r = await api('/v1/tasks/batch', {
-      method: 'POST',
-      body: JSON.stringify({
+    const r = await api('POST', '/v1/tasks/batch', {
+      tenant,
+      body: {
         tasks: [
           { task: 'http', queue, timeout: 60, payload: { url: `${env.RECEIVER_URL}${holdPath}` } },
           ...okPaths.map((p, i) => ({
@@ -36,7 +29,7 @@ describe('a slow task beside fast neighbours in one Queue batch', () => {
             payload: { url: `${env.RECEIVER_URL}${p}` },
           })),
         ],
-      }),
+      },
     });
     expect(r.status).toBe(201);
     const [slow, ...fast] = r.body.tasks.map((t: { id: string }) => t.id) as string[];
@@ -45,7 +38,7 @@ describe('a slow task beside fast neighbours in one Queue batch', () => {
     // request is now held open by the receiver.
     const held = await until(() => deliveries(holdPath), (d) => d.length === 1, 20_000, 50);
     expect(held).toHaveLength(1);
-    const status = async (id: string) => (await api(`/v1/tasks/${id}`)).body;
+    const status = (id: string) => getTask(id, tenant);
     const settled = await until(
       () => Promise.all(fast.map(status)),
       (ts) => ts.every((t) => t.status === 'succeeded'),

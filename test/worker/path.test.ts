@@ -5,30 +5,19 @@ import { env, exports } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import worker, { type Env } from '../../functions/index.ts';
 import { createNeonDb } from '../../src/db/neon.ts';
-import { sweep, waitForStatus } from '../helpers/workerd.ts';
+import { api, BASE, sweep, waitForStatus } from '../helpers/workerd.ts';
 import { envWithDatabase } from './databases.ts';
-
-const ADMIN = { authorization: `Bearer ${env.ADMIN_TOKEN}` };
-const base = 'https://scheduler.test';
-
-async function api(path: string, init: RequestInit = {}) {
-  const res = await exports.default.fetch(`${base}${path}`, {
-    ...init,
-    headers: { ...ADMIN, 'content-type': 'application/json', ...(init.headers ?? {}) },
-  });
-  return { status: res.status, body: (await res.json()) as any, headers: res.headers };
-}
 
 describe('the Worker, end to end', () => {
   it('healthz answers once the database is reachable', async () => {
-    const r = await api('/healthz');
+    const r = await api('GET', '/healthz');
     expect(r.status).toBe(200);
     expect(r.body).toEqual({ ok: true, transport: env.EXPECTED_TRANSPORT });
   });
 
   it('an HTTP enqueue due now runs to succeeded through the real Queue', async () => {
     const tenant = 'worker-e2e-now';
-    const r = await api('/v1/tasks', { method: 'POST', headers: { 'x-tenant': tenant }, body: JSON.stringify({ task: 'noop', payload: { n: 1 } }) });
+    const r = await api('POST', '/v1/tasks', { tenant, body: { task: 'noop', payload: { n: 1 } } });
     expect(r.status).toBe(201);
     expect(r.body.status).toBe('queued');
     expect(r.headers.get('x-request-id')).toBeTruthy();
@@ -43,7 +32,7 @@ describe('the Worker, end to end', () => {
   it('the scheduled handler promotes, claims and dispatches work that became due', async () => {
     const tenant = 'worker-e2e-cron';
     // Beyond the look-ahead: stored as scheduled, nothing kicked.
-    const r = await api('/v1/tasks', { method: 'POST', headers: { 'x-tenant': tenant }, body: JSON.stringify({ task: 'noop', delay: 3600 }) });
+    const r = await api('POST', '/v1/tasks', { tenant, body: { task: 'noop', delay: 3600 } });
     expect(r.status).toBe(201);
     expect(r.body.status).toBe('scheduled');
     // Let it fall due 1.5 s from now, as if an hour had passed.
@@ -52,7 +41,7 @@ describe('the Worker, end to end', () => {
     await db.close();
 
     await sweep();
-    const swept = await api(`/v1/tasks/${r.body.id}`, { headers: { 'x-tenant': tenant } });
+    const swept = await api('GET', `/v1/tasks/${r.body.id}`, { tenant });
     expect(swept.body.status).toMatch(/queued|running|succeeded/);
     // Claimed early and sent with a delay: shown as queued, the claim in `dispatch`, until it starts.
     if (swept.body.status === 'queued') expect(swept.body.dispatch.dispatchedAt).not.toBeNull();
@@ -107,7 +96,7 @@ describe('the Worker, end to end', () => {
       [JSON.stringify({ task: 'noop', surprise: 1 }), 'surprise'],
     ];
     for (const [body, field] of cases) {
-      const r = await api('/v1/tasks', { method: 'POST', headers: { 'x-tenant': tenant }, body });
+      const r = await api('POST', '/v1/tasks', { tenant, raw: body });
       expect(r.status, body).toBe(400);
       expect(r.body.error.code, body).toBe('invalid_request');
       expect(r.body.error.details.map((d: { path: string }) => d.path), body).toContain(field);
@@ -133,26 +122,25 @@ describe('the Worker, end to end', () => {
 
   it('cancels over HTTP by id and by idempotency key; 409 once finished, 404 for another tenant', async () => {
     const tenant = 'worker-e2e-cancel';
-    const headers = { 'x-tenant': tenant };
-    const a = await api('/v1/tasks', { method: 'POST', headers, body: JSON.stringify({ task: 'noop', delay: 3600 }) });
-    const b = await api('/v1/tasks', { method: 'POST', headers, body: JSON.stringify({ task: 'noop', delay: 3600, idempotencyKey: 'invoice-9' }) });
-    expect((await api(`/v1/tasks/${a.body.id}`, { method: 'DELETE', headers: { 'x-tenant': 'someone-else' } })).status).toBe(404);
-    const ca = await api(`/v1/tasks/${a.body.id}`, { method: 'DELETE', headers });
+    const a = await api('POST', '/v1/tasks', { tenant, body: { task: 'noop', delay: 3600 } });
+    const b = await api('POST', '/v1/tasks', { tenant, body: { task: 'noop', delay: 3600, idempotencyKey: 'invoice-9' } });
+    expect((await api('DELETE', `/v1/tasks/${a.body.id}`, { tenant: 'someone-else' })).status).toBe(404);
+    const ca = await api('DELETE', `/v1/tasks/${a.body.id}`, { tenant });
     expect(ca.status).toBe(200);
     expect(ca.body.status).toBe('cancelled');
-    const cb = await api('/v1/tasks/by-key/invoice-9', { method: 'DELETE', headers });
+    const cb = await api('DELETE', '/v1/tasks/by-key/invoice-9', { tenant });
     expect(cb.status).toBe(200);
     expect(cb.body).toMatchObject({ id: b.body.id, status: 'cancelled' });
 
-    const c = await api('/v1/tasks', { method: 'POST', headers, body: JSON.stringify({ task: 'noop' }) });
+    const c = await api('POST', '/v1/tasks', { tenant, body: { task: 'noop' } });
     await waitForStatus(c.body.id, tenant, 'succeeded');
-    const late = await api(`/v1/tasks/${c.body.id}`, { method: 'DELETE', headers });
+    const late = await api('DELETE', `/v1/tasks/${c.body.id}`, { tenant });
     expect(late.status).toBe(409);
     expect(late.body.error.code).toBe('conflict');
   });
 
   it('refuses a missing or wrong token with 401', async () => {
-    const res = await exports.default.fetch(`${base}/v1/tasks/1`, { headers: { authorization: 'Bearer wrong' } });
+    const res = await exports.default.fetch(`${BASE}/v1/tasks/1`, { headers: { authorization: 'Bearer wrong' } });
     expect(res.status).toBe(401);
     expect(((await res.json()) as any).error.code).toBe('unauthorized');
   });

@@ -3,23 +3,17 @@
 // tenant isolation, with the real driver and the real local Queue.
 import { env, exports } from 'cloudflare:workers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ApiError } from '../../packages/client/src/index.ts';
 import { createNeonDb } from '../../src/db/neon.ts';
 import type { Db } from '../../src/db/seam.ts';
+import { api, BASE, waitForStatus, workerClient } from '../helpers/workerd.ts';
 
-const base = 'https://scheduler.test';
 let db: Db;
 // The admin token acts as the tenant X-Tenant names (creating keys would log at info level).
 const ACME = 'replay-acme';
 const OTHER = 'replay-other';
 
-async function call(method: string, path: string, init: { tenant?: string; body?: unknown; raw?: string } = {}) {
-  const headers: Record<string, string> = { authorization: `Bearer ${String(env.ADMIN_TOKEN)}`, 'x-tenant': init.tenant ?? ACME };
-  const body = init.raw ?? (init.body === undefined ? undefined : JSON.stringify(init.body));
-  if (body !== undefined) headers['content-type'] = 'application/json';
-  const res = await exports.default.fetch(`${base}${path}`, { method, headers, body });
-  return { status: res.status, body: (await res.json()) as any };
-}
-const admin = (method: string, path: string, body?: unknown) => call(method, path, { body });
+const call = (method: string, path: string, init: Parameters<typeof api>[2] = {}) => api(method, path, { tenant: ACME, ...init });
 const paths = (r: { body: any }) => (r.body.error?.details ?? []).map((d: { path: string }) => d.path);
 
 /** `n` tasks of one tenant in one state, in one statement; their ids, ascending. */
@@ -72,12 +66,7 @@ describe('POST /v1/tasks/{id}/replay', () => {
   it('a replay due now runs to succeeded; runAt and delay set when it is due', async () => {
     const [a, b, c] = await seed('replay-acme', 'dead', 3);
     const now = await call('POST', `/v1/tasks/${a}/replay`);
-    const deadline = Date.now() + 15_000;
-    let got = now.body;
-    while (got.status !== 'succeeded' && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 100));
-      got = (await call('GET', `/v1/tasks/${now.body.id}`)).body;
-    }
+    const got = await waitForStatus(now.body.id, ACME, 'succeeded');
     expect(got).toMatchObject({ status: 'succeeded', replayOf: a });
     const later = await call('POST', `/v1/tasks/${b}/replay`, { body: { runAt: '2100-01-01T00:00:00Z' } });
     expect(later.body).toMatchObject({ status: 'scheduled', runAt: '2100-01-01T00:00:00.000Z' });
@@ -129,7 +118,7 @@ describe('POST /v1/tasks/{id}/replay', () => {
 describe('bulk actions', () => {
   it('bulk-replay: 25,000 dead tasks in three calls of 10,000, nothing twice', async () => {
     // A paused queue: the replays wait, so this test measures the replays, not their runs.
-    expect((await admin('PUT', '/v1/admin/queues/replay-bulk', { paused: true })).status).toBe(200);
+    expect((await call('PUT', '/v1/admin/queues/replay-bulk', { body: { paused: true } })).status).toBe(200);
     const seeded = await seed('replay-acme', 'dead', 25_000, 'replay-bulk');
     const calls = [];
     for (let i = 0; i < 4; i++) {
@@ -231,9 +220,9 @@ describe('bulk actions', () => {
     const raw = await call('POST', '/v1/tasks/bulk-cancel', { raw: '{"queue": ' });
     expect(raw.status).toBe(400);
     expect((await rowOf(waiting!)).status).toBe('scheduled');
-    const noKey = await exports.default.fetch(`${base}/v1/tasks/bulk-cancel`, { method: 'POST', body: '{"queue":"default"}' });
+    const noKey = await exports.default.fetch(`${BASE}/v1/tasks/bulk-cancel`, { method: 'POST', body: '{"queue":"default"}' });
     expect(noKey.status).toBe(401);
-    const wrongKey = await exports.default.fetch(`${base}/v1/schedules/x/trigger`, { method: 'POST', headers: { authorization: 'Bearer edsk_forged' } });
+    const wrongKey = await exports.default.fetch(`${BASE}/v1/schedules/x/trigger`, { method: 'POST', headers: { authorization: 'Bearer edsk_forged' } });
     expect(wrongKey.status).toBe(401);
     expect(noKey.status).toBe(401);
   });
@@ -254,12 +243,7 @@ describe('POST /v1/schedules/{name}/trigger', () => {
     expect(second.body.id).not.toBe(r.body.id);
     const runs = await call('GET', '/v1/schedules/replay-nightly/runs');
     expect(runs.body.tasks.map((t: { id: string }) => t.id).sort()).toEqual([r.body.id, second.body.id].sort());
-    const deadline = Date.now() + 15_000;
-    let got = r.body;
-    while (got.status !== 'succeeded' && Date.now() < deadline) {
-      await new Promise((res) => setTimeout(res, 100));
-      got = (await call('GET', `/v1/tasks/${r.body.id}`)).body;
-    }
+    const got = await waitForStatus(r.body.id, ACME, 'succeeded');
     expect(got.status).toBe('succeeded');
   });
 
@@ -279,8 +263,7 @@ describe('POST /v1/schedules/{name}/trigger', () => {
 
 describe('the client', () => {
   it('replay, bulkCancel, bulkReplay and trigger', async () => {
-    const { createClient, ApiError } = await import('../../packages/client/src/index.ts');
-    const client = createClient({ baseUrl: base, key: String(env.ADMIN_TOKEN), tenant: ACME, fetch: (r) => exports.default.fetch(r) });
+    const client = workerClient({ tenant: ACME });
     const [dead] = await seed('replay-acme', 'dead', 1, 'replay-client');
     const first = await client.tasks.replay(dead!, { delay: 3600 });
     expect(first).toMatchObject({ created: true, task: { replayOf: dead, status: 'scheduled' } });
