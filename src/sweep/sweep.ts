@@ -13,6 +13,7 @@ import { claimTasks, wakeParkedTasks, listClaimableQueues, markDispatched, relea
 import { promoteDueTasks, purgeFinishedTasks, purgeSpentKeys, reapExpiredLeases, type ReapCounts } from '../db/sql/tasks-maintenance.ts';
 import type { LostFence } from '../db/sql/tasks-shared.ts';
 import { acquireDispatcherSlot, probeDueWork, releaseDispatcherSlot } from '../db/sql/dispatchers.ts';
+import { purgeIdleFlowControl } from '../db/sql/concurrency.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import type { Logger } from '../log.ts';
 import { materializeDueSchedules } from '../schedules/materialize.ts';
@@ -84,6 +85,8 @@ export interface SweepCounts extends DispatchCounts {
   promoted: number;
   purged: number;
   spentKeysPurged: number;
+  /** Idle flow-control keys forgotten: slot rows and rate rows (issue 16). */
+  flowKeysPurged: { slots: number; rates: number };
   /** Pump messages sent: dispatchers asked for (fan-out and re-arm). */
   pumps: number;
   /** The probe found nothing due: no other step ran (one statement). */
@@ -331,6 +334,7 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
   let pumps = 0;
   let purged = 0;
   let spentKeysPurged = 0;
+  const flowKeysPurged = { slots: 0, rates: 0 };
 
   /** Each step runs until its deadline; returns true when it was cut off with work left. */
   const steps: Record<Step, (until: number) => Promise<boolean>> = {
@@ -411,6 +415,10 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
           limit: config.purgeBatchSize,
         });
       }
+      // After the tasks: a key whose last task this purge deleted goes in the same tick.
+      const f = await purgeIdleFlowControl(db, { now, retentionSeconds: config.retentionSeconds, limit: config.purgeBatchSize });
+      flowKeysPurged.slots += f.slots;
+      flowKeysPurged.rates += f.rates;
       return false;
     },
   };
@@ -449,6 +457,7 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     idle,
     purged,
     spentKeysPurged,
+    flowKeysPurged,
     budgetExhausted,
   };
 }
