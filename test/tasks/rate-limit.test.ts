@@ -180,4 +180,17 @@ describe('rate limits', () => {
       expect(starts).toEqual([0, 10_000, 20_000]);
     }
   });
+  it("a batch's starts spread over the line still share one finish statement", async () => {
+    await h.enqueue(rated(6, 'partner', 10), { now: T0 });
+    await h.sweep({ now: T0 });
+    // Delivered late, all due: the start line places them 100 ms apart, and
+    // the consumer waits for each (a tenth of it, in real time, under the override).
+    await h.consume(h.outbox.take().map((m) => m.body), { now: at(1) });
+    const all = await rows();
+    expect(all.map((r) => r.started_at!.getTime() - at(1).getTime())).toEqual([0, 100, 200, 300, 400, 500]);
+    const [calls] = await t.db.query<{ n: number }>(
+      `select count(distinct xmin::text)::int as n from tasks where status = 'succeeded'`,
+    );
+    expect(calls!.n).toBe(1);
+  });
 });
