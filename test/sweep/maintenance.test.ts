@@ -57,10 +57,15 @@ describe('idle flow-control keys (issue 16)', () => {
     (await t.db.query<{ key: string; max_running: number }>(`select key, max_running from concurrency_slots order by key`)).map(
       (r) => `${r.key}:${r.max_running}`,
     );
-  const rateKeys = async () => (await t.db.query<{ key: string }>(`select key from rate_limits order by key`)).map((r) => r.key);
+  const rateKeys = async () =>
+    (
+      await t.db.query<{ key: string }>(
+        `select 'claim:' || key as key from rate_limits union all select 'start:' || key from rate_start_lines order by key`,
+      )
+    ).map((r) => r.key);
   const frees = async () => (await t.db.query<{ n: number }>(`select count(*)::int as n from concurrency_frees`))[0]!.n;
 
-  it("forgets a key's slot row and frees once none of its tasks is left, and a rate row once its lines are past by the retention", async () => {
+  it("forgets a key's slot row and frees once none of its tasks is left, and a rate key's lines once past by the retention", async () => {
     h = createHarness(t.db, { config: { retentionSeconds: 60 } });
     await h.enqueue(Array.from({ length: 3 }, () => ({ task: 'noop', concurrency: { key: 'k', limit: 2 } })), { now: T0 });
     // A task of another key waits a day: its key stays, whatever its count says.
@@ -82,8 +87,9 @@ describe('idle flow-control keys (issue 16)', () => {
     expect(await slotKeys()).toEqual(['later:1']);
     expect(await frees()).toBe(0);
     // The rate line (600 s) is not yet past by the retention (60 s).
-    expect(await rateKeys()).toEqual(['r']);
-    expect((await h.sweep({ now: at(650) })).flowKeysPurged.rates).toBe(0);
+    expect(await rateKeys()).toEqual(['claim:r', 'start:r']);
+    expect(await purgeIdleFlowControl(t.db, { now: at(650), retentionSeconds: 60, limit: 100 })).toEqual({ slots: 0, rates: 0 });
+    expect(await rateKeys()).toEqual(['claim:r', 'start:r']);
     expect((await h.sweep({ now: at(661) })).flowKeysPurged.rates).toBe(1);
     expect(await rateKeys()).toEqual([]);
 
@@ -93,7 +99,7 @@ describe('idle flow-control keys (issue 16)', () => {
     expect((await h.sweep({ now: at(700) })).claimed).toBe(1);
   });
 
-  it('skips what others hold: a slot row or a rate row a claim has locked, and a key whose free a claim has taken', async () => {
+  it('skips what others hold: a slot row or a rate line a claim or start has locked, and a key whose free a claim has taken', async () => {
     h = createHarness(t.db, { config: { retentionSeconds: 60 } });
     await h.enqueue({ task: 'noop', concurrency: { key: 'a', limit: 1 } }, { now: T0 });
     await h.enqueue({ task: 'noop', concurrency: { key: 'b', limit: 1 } }, { now: T0 });
@@ -103,6 +109,7 @@ describe('idle flow-control keys (issue 16)', () => {
     await t.db.query(`insert into concurrency_slots (tenant, key, max_running, running) values ('acme', 'a', 1, 1), ('acme', 'b', 1, 1)`);
     await t.db.query(`insert into concurrency_frees (tenant, key, n) values ('acme', 'a', 1), ('acme', 'b', 1)`);
     await t.db.query(`insert into rate_limits (tenant, key, max_starts, period_seconds) values ('acme', 'r', 1, 1)`);
+    await t.db.query(`insert into rate_start_lines (tenant, key) values ('acme', 'r')`);
 
     const other = await t.open({ maxConnections: 1 });
     let release!: () => void;
@@ -113,6 +120,7 @@ describe('idle flow-control keys (issue 16)', () => {
       await tx.query(`select 1 from concurrency_slots where key = 'a' for update`);
       await tx.query(`select 1 from concurrency_frees where key = 'b' for update`);
       await tx.query(`select 1 from rate_limits where key = 'r' for update`);
+      await tx.query(`select 1 from rate_start_lines where key = 'r' for update`);
       locked();
       await held;
     });
@@ -125,9 +133,11 @@ describe('idle flow-control keys (issue 16)', () => {
     expect(during).toEqual({ slots: 0, rates: 0 });
     expect(await slotKeys()).toEqual(['a:1', 'b:1']);
     expect(await frees()).toBe(2);
-    // Once nobody holds them: both keys and their frees go.
+    expect(await rateKeys()).toEqual(['claim:r', 'start:r']);
+    // Once nobody holds them: both keys and their frees go, and both lines.
     expect(await purge(at(300))).toEqual({ slots: 2, rates: 1 });
     expect(await frees()).toBe(0);
+    expect(await rateKeys()).toEqual([]);
   });
 });
 

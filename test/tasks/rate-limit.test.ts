@@ -64,8 +64,8 @@ describe('rate limits', () => {
     // On schedule: the k-th start is T0 + k x 200 ms.
     expect(starts.map((s) => s.getTime() - T0.getTime())).toEqual(Array.from({ length: 23 }, (_, k) => k * 200));
     expect(maxInWindow(starts, 1000)).toBe(5);
-    const state = await t.db.query<{ next_claim_at: Date; next_start_at: Date }>(
-      `select next_claim_at, next_start_at from rate_limits where tenant = 'acme' and key = 'partner'`,
+    const state = await t.db.query<{ next_start_at: Date }>(
+      `select next_start_at from rate_start_lines where tenant = 'acme' and key = 'partner'`,
     );
     expect(state[0]!.next_start_at.getTime()).toBe(at(23 * 0.2).getTime());
   });
@@ -180,6 +180,7 @@ describe('rate limits', () => {
       expect(starts).toEqual([0, 10_000, 20_000]);
     }
   });
+
   it("a batch's starts spread over the line still share one finish statement", async () => {
     await h.enqueue(rated(6, 'partner', 10), { now: T0 });
     await h.sweep({ now: T0 });

@@ -56,11 +56,11 @@ export interface RateLimitState {
 const rateLimitGet = sql(
   'rate_limit_get',
   `select l.key, l.max_starts, l.period_seconds,
-          case when l.next_start_at > coalesce($3::timestamptz, now()) then l.next_start_at end as next_start_at,
+          case when sl.next_start_at > coalesce($3::timestamptz, now()) then sl.next_start_at end as next_start_at,
           (select count(*)::int from tasks p
            where p.tenant = l.tenant and p.rate_key = l.key and p.status in ('scheduled', 'queued', 'running')
              and p.started_at is null) as waiting
-   from rate_limits l
+   from rate_limits l left join rate_start_lines sl on sl.tenant = l.tenant and sl.key = l.key
    where l.tenant = $1::text and l.key = $2::text`,
 );
 
@@ -103,12 +103,13 @@ const slotsLockIdle = sql(
  * waits for the slot row this transaction holds); a key with a free taken by
  * someone else is kept for a later purge.
  *
- * Also a bounded batch of rate rows whose lines (claim and start) are both
- * more than $2 seconds (the retention) in the past, SKIP LOCKED against the
- * claims and starts: they place each start at greatest(line, its due time,
- * never before now), so a line in the past spaces nothing and a missing row
- * (line -infinity) is the same. The margin keeps that true for a statement
- * whose clock lags the purge's.
+ * Also a bounded batch of rate rows (rate_limits, the claim line) and of
+ * start lines (rate_start_lines, migration 0023) whose line is more than $2
+ * seconds (the retention) in the past, SKIP LOCKED against the claims and
+ * starts: they place each start at greatest(line, its due time, never before
+ * now), so a line in the past spaces nothing and a missing row (line
+ * -infinity) is the same. The margin keeps that true for a statement whose
+ * clock lags the purge's.
  */
 const flowControlPurgeIdle = sql(
   'flow_control_purge_idle',
@@ -135,7 +136,7 @@ const flowControlPurgeIdle = sql(
    ),
    idle_rates as (
      select r.tenant, r.key from rate_limits r, clock
-     where greatest(r.next_claim_at, r.next_start_at) < clock.now - make_interval(secs => $2::int)
+     where r.next_claim_at < clock.now - make_interval(secs => $2::int)
      limit $3::int
      for update of r skip locked
    ),
@@ -143,6 +144,16 @@ const flowControlPurgeIdle = sql(
      delete from rate_limits l using idle_rates i
      where l.tenant = i.tenant and l.key = i.key
      returning 1
+   ),
+   idle_start_lines as (
+     select r.tenant, r.key from rate_start_lines r, clock
+     where r.next_start_at < clock.now - make_interval(secs => $2::int)
+     limit $3::int
+     for update of r skip locked
+   ),
+   start_lines_purged as (
+     delete from rate_start_lines l using idle_start_lines i
+     where l.tenant = i.tenant and l.key = i.key
    )
    select (select count(*)::int from slots_purged) as slots, (select count(*)::int from rates_purged) as rates`,
 );

@@ -96,8 +96,8 @@ const sweepProbeDueWork = sql(
                                    where k.spent_at < clock.now - make_interval(secs => $5::int)))
        -- A rate line past by the retention (issue 16; a slot row goes with its
        -- key's last task, which the purge of tasks deletes in the same sweep).
-       or exists (select 1 from rate_limits r
-                  where greatest(r.next_claim_at, r.next_start_at) < clock.now - make_interval(secs => $3::int)) as purge
+       or exists (select 1 from rate_limits r where r.next_claim_at < clock.now - make_interval(secs => $3::int))
+       or exists (select 1 from rate_start_lines r where r.next_start_at < clock.now - make_interval(secs => $3::int)) as purge
    from clock`,
 );
 
