@@ -7,8 +7,6 @@ import { RATE_LIMIT_START_WAIT_SECONDS } from '../../tasks/options.ts';
 import { taskFromRow, type Task, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
 import { at, lostFromRow, TASK_COLUMNS_NULLS_BUT_ID, TASK_COLUMNS_T, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
 
-// Consume: fenced start, fenced finish, heartbeat
-
 export interface StartedTask {
   task: Task;
   /** The W3C trace context of the request that enqueued it, if it had one. */

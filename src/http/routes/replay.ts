@@ -19,7 +19,7 @@ import {
 import { IdParam, TaskSchema, taskJson } from '../schemas.ts';
 import { notFound } from '../../errors.ts';
 import { commonErrors, conflictError, json, notFoundError, quotaError } from './common.ts';
-import { kickDueQueues } from './tasks.ts';
+import { kickDueQueues } from '../kick.ts';
 
 const routes = {
   attempts: createRoute({

@@ -4,7 +4,7 @@ import { triggerSchedule } from '../../schedules/trigger.ts';
 import type { App, AppDeps } from '../context.ts';
 import { ScheduleName, TaskSchema, taskJson } from '../schemas.ts';
 import { commonErrors, conflictError, json, notFoundError, quotaError } from './common.ts';
-import { kickDueQueues } from './tasks.ts';
+import { kickDueQueues } from '../kick.ts';
 
 const triggerRoute = createRoute({
   method: 'post',
