@@ -300,7 +300,10 @@ export async function consumeBatch(
     await faults('consume.after_start', { ids: started.map((s) => s.task.id) });
     // One statement loads the secrets of every tenant started together, on the first handler's call.
     const secrets = deps.signingSecrets?.batchLoader(db, started.map((s) => s.task.tenant), now) ?? (async () => []);
-    const finisher = createFinisher(deps, now, faults, started.length);
+    // Rate-limited starts of one batch are spread over their key's line: a
+    // group waits that much longer, so quick handlers still share one finish.
+    const spreadMs = Math.min(FINISH_SPREAD_MAX_MS, Math.max(...started.map((s) => s.waitMs)));
+    const finisher = createFinisher(deps, now, faults, started.length, spreadMs);
     const ran = await Promise.all(
       started.map(async (s) => {
         const result = await runAttempt(deps, s, now, secrets);
@@ -318,6 +321,8 @@ export async function consumeBatch(
 
 /** Settlements arriving within this many milliseconds share one fenced finish. */
 export const FINISH_COALESCE_MS = 5;
+/** At most this much of a batch's spread of rate-limited starts is added to the finish's wait. */
+export const FINISH_SPREAD_MAX_MS = 100;
 
 interface Finisher {
   /** Stores one attempt's result; resolves to the task's status (`lost`: fenced out), or null if it could not be stored. */
@@ -326,12 +331,19 @@ interface Finisher {
 
 /**
  * Groups results that settle close together into one fenced finish statement.
- * A group is written FINISH_COALESCE_MS after its first result arrived, or at
- * once when every attempt of the batch has settled (a batch of quick handlers
- * still takes one statement); groups never wait for each other, so a slow
- * handler or a slow statement delays only its own group.
+ * A group is written FINISH_COALESCE_MS (plus `spreadMs`, the spread of the
+ * batch's starts) after its first result arrived, or at once when every
+ * attempt of the batch has settled (a batch of quick handlers still takes one
+ * statement); groups never wait for each other, so a slow handler or a slow
+ * statement delays only its own group.
  */
-function createFinisher(deps: ConsumeDeps, now: Date | undefined, faults: Faults, attempts: number): Finisher {
+function createFinisher(
+  deps: ConsumeDeps,
+  now: Date | undefined,
+  faults: Faults,
+  attempts: number,
+  spreadMs: number,
+): Finisher {
   const { db, log } = deps;
   type Waiter = { result: AttemptResult; resolve: (status: string | null) => void; reject: (error: unknown) => void };
   let pending: Waiter[] = [];
@@ -375,7 +387,7 @@ function createFinisher(deps: ConsumeDeps, now: Date | undefined, faults: Faults
         pending.push({ result, resolve, reject });
         outstanding -= 1;
         if (outstanding === 0) flush();
-        else if (timer === undefined) timer = setTimeout(flush, FINISH_COALESCE_MS);
+        else if (timer === undefined) timer = setTimeout(flush, FINISH_COALESCE_MS + spreadMs);
       });
     },
   };

@@ -12,6 +12,7 @@ import type { Db } from '../db/seam.ts';
 import { claimTasks, wakeParkedTasks, listClaimableQueues, markDispatched, releaseIfUndispatched, type ClaimedTask } from '../db/sql/tasks-dispatch.ts';
 import { promoteDueTasks, purgeFinishedTasks, purgeSpentKeys, reapExpiredLeases, type ReapCounts } from '../db/sql/tasks-maintenance.ts';
 import { acquireDispatcherSlot, probeDueWork, releaseDispatcherSlot } from '../db/sql/dispatchers.ts';
+import { purgeIdleFlowControl } from '../db/sql/concurrency.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import type { Logger } from '../log.ts';
 import { QUEUE_SEND_LIMIT, reportLostFences, type PumpSender, type TaskSender } from '../queue/messages.ts';
@@ -54,6 +55,8 @@ export interface SweepCounts extends DispatchCounts {
   promoted: number;
   purged: number;
   spentKeysPurged: number;
+  /** Idle flow-control keys forgotten: slot rows and rate rows (issue 16). */
+  flowKeysPurged: { slots: number; rates: number };
   /** Pump messages sent: dispatchers asked for (fan-out and re-arm). */
   pumps: number;
   /** The probe found nothing due: no other step ran (one statement). */
@@ -286,6 +289,7 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
   let pumps = 0;
   let purged = 0;
   let spentKeysPurged = 0;
+  const flowKeysPurged = { slots: 0, rates: 0 };
 
   /** Each step runs until its deadline; returns true when it was cut off with work left. */
   const steps: Record<Step, (until: number) => Promise<boolean>> = {
@@ -366,6 +370,10 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
           limit: config.purgeBatchSize,
         });
       }
+      // After the tasks: a key whose last task this purge deleted goes in the same tick.
+      const f = await purgeIdleFlowControl(db, { now, retentionSeconds: config.retentionSeconds, limit: config.purgeBatchSize });
+      flowKeysPurged.slots += f.slots;
+      flowKeysPurged.rates += f.rates;
       return false;
     },
   };
@@ -404,6 +412,7 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     idle,
     purged,
     spentKeysPurged,
+    flowKeysPurged,
     budgetExhausted,
   };
 }

@@ -2,6 +2,7 @@
 // the time budget, and batch bounds (I9).
 import { beforeEach, describe, expect, it } from 'vitest';
 import { countStatements } from '../../src/db/seam.ts';
+import { purgeIdleFlowControl } from '../../src/db/sql/concurrency.ts';
 import { getTask } from '../../src/db/sql/tasks-read.ts';
 import { sweepOnce } from '../../src/sweep/sweep.ts';
 import { silentLogger } from '../../src/log.ts';
@@ -48,6 +49,95 @@ describe('retention', () => {
     expect((await h.sweep({ now: at(3721) })).spentKeysPurged).toBe(1);
     const [again] = await h.enqueue({ task: 'noop', idempotencyKey: 'k' }, { now: at(3722) });
     expect(again!.outcome).toBe('created');
+  });
+});
+
+describe('idle flow-control keys (issue 16)', () => {
+  const slotKeys = async () =>
+    (await t.db.query<{ key: string; max_running: number }>(`select key, max_running from concurrency_slots order by key`)).map(
+      (r) => `${r.key}:${r.max_running}`,
+    );
+  const rateKeys = async () =>
+    (
+      await t.db.query<{ key: string }>(
+        `select 'claim:' || key as key from rate_limits union all select 'start:' || key from rate_start_lines order by key`,
+      )
+    ).map((r) => r.key);
+  const frees = async () => (await t.db.query<{ n: number }>(`select count(*)::int as n from concurrency_frees`))[0]!.n;
+
+  it("forgets a key's slot row and frees once none of its tasks is left, and a rate key's lines once past by the retention", async () => {
+    h = createHarness(t.db, { config: { retentionSeconds: 60 } });
+    await h.enqueue(Array.from({ length: 3 }, () => ({ task: 'noop', concurrency: { key: 'k', limit: 2 } })), { now: T0 });
+    // A task of another key waits a day: its key stays, whatever its count says.
+    await h.enqueue({ task: 'noop', delay: 86_400, concurrency: { key: 'later', limit: 1 } }, { now: T0 });
+    // One start per 600 s: the line stands 600 s after the start.
+    await h.enqueue({ task: 'noop', rateLimit: { key: 'r', limit: 1, periodSeconds: 600 } }, { now: T0 });
+    for (let i = 0; i < 3; i++) await h.drain({ now: at(i) });
+    expect(await slotKeys()).toEqual(['k:2', 'later:1']);
+    expect(await frees()).toBeGreaterThan(0);
+
+    // Finished tasks of the key are still kept (retention): so is the key.
+    expect((await h.sweep({ now: at(30) })).flowKeysPurged).toEqual({ slots: 0, rates: 0 });
+    expect(await slotKeys()).toEqual(['k:2', 'later:1']);
+
+    // The purge deletes the key's last tasks, then the key, in one sweep.
+    const purged = await h.sweep({ now: at(120) });
+    expect(purged.purged).toBe(4);
+    expect(purged.flowKeysPurged).toEqual({ slots: 1, rates: 0 });
+    expect(await slotKeys()).toEqual(['later:1']);
+    expect(await frees()).toBe(0);
+    // The rate line (600 s) is not yet past by the retention (60 s).
+    expect(await rateKeys()).toEqual(['claim:r', 'start:r']);
+    expect(await purgeIdleFlowControl(t.db, { now: at(650), retentionSeconds: 60, limit: 100 })).toEqual({ slots: 0, rates: 0 });
+    expect(await rateKeys()).toEqual(['claim:r', 'start:r']);
+    expect((await h.sweep({ now: at(661) })).flowKeysPurged.rates).toBe(1);
+    expect(await rateKeys()).toEqual([]);
+
+    // The key's next task sets its limit afresh, and the limit holds.
+    await h.enqueue(Array.from({ length: 3 }, () => ({ task: 'noop', concurrency: { key: 'k', limit: 1 } })), { now: at(700) });
+    expect(await slotKeys()).toEqual(['k:1', 'later:1']);
+    expect((await h.sweep({ now: at(700) })).claimed).toBe(1);
+  });
+
+  it('skips what others hold: a slot row or a rate line a claim or start has locked, and a key whose free a claim has taken', async () => {
+    h = createHarness(t.db, { config: { retentionSeconds: 60 } });
+    await h.enqueue({ task: 'noop', concurrency: { key: 'a', limit: 1 } }, { now: T0 });
+    await h.enqueue({ task: 'noop', concurrency: { key: 'b', limit: 1 } }, { now: T0 });
+    await h.enqueue({ task: 'noop', rateLimit: { key: 'r', limit: 1, periodSeconds: 1 } }, { now: T0 });
+    await h.drain({ now: T0 });
+    await h.sweep({ now: at(120) }); // deletes the tasks (and the keys: made again below)
+    await t.db.query(`insert into concurrency_slots (tenant, key, max_running, running) values ('acme', 'a', 1, 1), ('acme', 'b', 1, 1)`);
+    await t.db.query(`insert into concurrency_frees (tenant, key, n) values ('acme', 'a', 1), ('acme', 'b', 1)`);
+    await t.db.query(`insert into rate_limits (tenant, key, max_starts, period_seconds) values ('acme', 'r', 1, 1)`);
+    await t.db.query(`insert into rate_start_lines (tenant, key) values ('acme', 'r')`);
+
+    const other = await t.open({ maxConnections: 1 });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    const holder = other.transaction(async (tx) => {
+      await tx.query(`select 1 from concurrency_slots where key = 'a' for update`);
+      await tx.query(`select 1 from concurrency_frees where key = 'b' for update`);
+      await tx.query(`select 1 from rate_limits where key = 'r' for update`);
+      await tx.query(`select 1 from rate_start_lines where key = 'r' for update`);
+      locked();
+      await held;
+    });
+    await isLocked;
+    const purge = (now: Date) => purgeIdleFlowControl(t.db, { now, retentionSeconds: 60, limit: 100 });
+    const during = await purge(at(240));
+    release();
+    await holder;
+    await other.close();
+    expect(during).toEqual({ slots: 0, rates: 0 });
+    expect(await slotKeys()).toEqual(['a:1', 'b:1']);
+    expect(await frees()).toBe(2);
+    expect(await rateKeys()).toEqual(['claim:r', 'start:r']);
+    // Once nobody holds them: both keys and their frees go, and both lines.
+    expect(await purge(at(300))).toEqual({ slots: 2, rates: 1 });
+    expect(await frees()).toBe(0);
+    expect(await rateKeys()).toEqual([]);
   });
 });
 
@@ -140,6 +230,7 @@ describe('bounds', () => {
     expect(counted.counts.byName).toEqual({ tasks_start_if_claimed: 3, tasks_finish_if_running: 3 });
     // the probe (issue 13), reap, due schedules, promote, wake parked tasks of keys
     // with room (issue 16), list queues, one claim of 250 (< the batch of 500), one mark, purge
+    // (tasks, then idle flow-control keys in two)
     expect(sweepCounts).toEqual({
       sweep_probe_due_work: 1,
       tasks_reap_expired: 1,
@@ -150,6 +241,8 @@ describe('bounds', () => {
       tasks_claim_runnable: 1,
       dispatch_marks_insert: 1,
       tasks_purge_finished: 1,
+      concurrency_slots_lock_idle: 1,
+      flow_control_purge_idle: 1,
     });
   });
 });

@@ -64,8 +64,8 @@ describe('rate limits', () => {
     // On schedule: the k-th start is T0 + k x 200 ms.
     expect(starts.map((s) => s.getTime() - T0.getTime())).toEqual(Array.from({ length: 23 }, (_, k) => k * 200));
     expect(maxInWindow(starts, 1000)).toBe(5);
-    const state = await t.db.query<{ next_claim_at: Date; next_start_at: Date }>(
-      `select next_claim_at, next_start_at from rate_limits where tenant = 'acme' and key = 'partner'`,
+    const state = await t.db.query<{ next_start_at: Date }>(
+      `select next_start_at from rate_start_lines where tenant = 'acme' and key = 'partner'`,
     );
     expect(state[0]!.next_start_at.getTime()).toBe(at(23 * 0.2).getTime());
   });
@@ -179,5 +179,19 @@ describe('rate limits', () => {
       const starts = (await rows('shared', tenant)).map((r) => r.started_at!.getTime() - T0.getTime()).sort((x, y) => x - y);
       expect(starts).toEqual([0, 10_000, 20_000]);
     }
+  });
+
+  it("a batch's starts spread over the line still share one finish statement", async () => {
+    await h.enqueue(rated(6, 'partner', 10), { now: T0 });
+    await h.sweep({ now: T0 });
+    // Delivered late, all due: the start line places them 100 ms apart, and
+    // the consumer waits for each (a tenth of it, in real time, under the override).
+    await h.consume(h.outbox.take().map((m) => m.body), { now: at(1) });
+    const all = await rows();
+    expect(all.map((r) => r.started_at!.getTime() - at(1).getTime())).toEqual([0, 100, 200, 300, 400, 500]);
+    const [calls] = await t.db.query<{ n: number }>(
+      `select count(distinct xmin::text)::int as n from tasks where status = 'succeeded'`,
+    );
+    expect(calls!.n).toBe(1);
   });
 });

@@ -1,7 +1,7 @@
 // Concurrency slots and rate limits (issue 16): what a tenant's keys hold.
 // The claim, the fenced start and the trigger of migration 0016 write them;
-// this file only reads.
-import type { Queryable } from '../seam.ts';
+// this file reads them, and the purge forgets the keys left idle.
+import type { Db, Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 
 export interface ConcurrencySlot {
@@ -56,11 +56,11 @@ export interface RateLimitState {
 const rateLimitGet = sql(
   'rate_limit_get',
   `select l.key, l.max_starts, l.period_seconds,
-          case when l.next_start_at > coalesce($3::timestamptz, now()) then l.next_start_at end as next_start_at,
+          case when sl.next_start_at > coalesce($3::timestamptz, now()) then sl.next_start_at end as next_start_at,
           (select count(*)::int from tasks p
            where p.tenant = l.tenant and p.rate_key = l.key and p.status in ('scheduled', 'queued', 'running')
              and p.started_at is null) as waiting
-   from rate_limits l
+   from rate_limits l left join rate_start_lines sl on sl.tenant = l.tenant and sl.key = l.key
    where l.tenant = $1::text and l.key = $2::text`,
 );
 
@@ -73,4 +73,109 @@ export async function getRateLimit(q: Queryable, p: { tenant: string; key: strin
   return r
     ? { key: r.key, limit: r.max_starts, periodSeconds: r.period_seconds, nextStartAt: r.next_start_at, waiting: r.waiting }
     : null;
+}
+
+type Now = Date | null | undefined;
+
+/**
+ * Step 1 of the purge of idle keys (migration 0022): locks a bounded batch of
+ * slot rows whose key has no task left, SKIP LOCKED (a claim or an enqueue
+ * holding the row is using the key). This statement's snapshot may predate an
+ * enqueue that committed since; step 2 checks again under the locks.
+ */
+const slotsLockIdle = sql(
+  'concurrency_slots_lock_idle',
+  `select s.tenant, s.key from concurrency_slots s
+   where not exists (select 1 from tasks t where t.tenant = s.tenant and t.concurrency_key = s.key)
+   order by s.updated_at
+   limit $1::int
+   for update of s skip locked`,
+);
+
+/**
+ * Step 2, in the same transaction with a fresh snapshot: every enqueue or
+ * claim that wrote a locked slot row committed before step 1 took it (later
+ * ones wait for this transaction), so a task of the key committed by then is
+ * seen here. Deletes the locked slot rows whose key still has no task, with
+ * their frees: with no task of the key nothing holds a slot (the count and
+ * the ledger are moot), and the next enqueue writes its limit afresh, as on
+ * first use. The frees are taken SKIP LOCKED (a claim locks them before it
+ * waits for the slot row this transaction holds); a key with a free taken by
+ * someone else is kept for a later purge.
+ *
+ * Also a bounded batch of rate rows (rate_limits, the claim line) and of
+ * start lines (rate_start_lines, migration 0023) whose line is more than $2
+ * seconds (the retention) in the past, SKIP LOCKED against the claims and
+ * starts: they place each start at greatest(line, its due time, never before
+ * now), so a line in the past spaces nothing and a missing row (line
+ * -infinity) is the same. The margin keeps that true for a statement whose
+ * clock lags the purge's.
+ */
+const flowControlPurgeIdle = sql(
+  'flow_control_purge_idle',
+  `with clock as (select coalesce($1::timestamptz, now()) as now),
+   locked as (select * from unnest($4::text[], $5::text[]) as k(tenant, key)),
+   frees as (
+     select f.id, f.tenant, f.key from concurrency_frees f join locked k on k.tenant = f.tenant and k.key = f.key
+     for update of f skip locked
+   ),
+   idle_slots as (
+     select k.tenant, k.key from locked k
+     where not exists (select 1 from tasks t where t.tenant = k.tenant and t.concurrency_key = k.key)
+       and not exists (select 1 from concurrency_frees f
+                       where f.tenant = k.tenant and f.key = k.key and f.id not in (select id from frees))
+   ),
+   slots_purged as (
+     delete from concurrency_slots s using idle_slots i
+     where s.tenant = i.tenant and s.key = i.key
+     returning s.tenant, s.key
+   ),
+   frees_purged as (
+     delete from concurrency_frees f using frees x join slots_purged p on p.tenant = x.tenant and p.key = x.key
+     where f.id = x.id
+   ),
+   idle_rates as (
+     select r.tenant, r.key from rate_limits r, clock
+     where r.next_claim_at < clock.now - make_interval(secs => $2::int)
+     limit $3::int
+     for update of r skip locked
+   ),
+   rates_purged as (
+     delete from rate_limits l using idle_rates i
+     where l.tenant = i.tenant and l.key = i.key
+     returning 1
+   ),
+   idle_start_lines as (
+     select r.tenant, r.key from rate_start_lines r, clock
+     where r.next_start_at < clock.now - make_interval(secs => $2::int)
+     limit $3::int
+     for update of r skip locked
+   ),
+   start_lines_purged as (
+     delete from rate_start_lines l using idle_start_lines i
+     where l.tenant = i.tenant and l.key = i.key
+   )
+   select (select count(*)::int from slots_purged) as slots, (select count(*)::int from rates_purged) as rates`,
+);
+
+/**
+ * Forgets flow-control keys left idle (issue 16): slot rows (and their frees)
+ * of keys with no task left, and rate rows whose lines are past by the
+ * retention. At most `limit` of each; one transaction of two statements.
+ */
+export async function purgeIdleFlowControl(
+  db: Db,
+  p: { now?: Now; retentionSeconds: number; limit: number },
+): Promise<{ slots: number; rates: number }> {
+  return db.transaction(async (tx) => {
+    const locked = await tx.query<{ tenant: string; key: string }>(slotsLockIdle, [p.limit]);
+    const [r] = await tx.query<{ slots: number; rates: number }>(flowControlPurgeIdle, [
+      p.now ?? null,
+      p.retentionSeconds,
+      p.limit,
+      locked.map((s) => s.tenant),
+      locked.map((s) => s.key),
+    ]);
+    return { slots: r!.slots, rates: r!.rates };
+  });
 }

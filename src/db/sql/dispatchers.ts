@@ -93,7 +93,11 @@ const sweepProbeDueWork = sql(
                and t.finished_at < clock.now - make_interval(secs => $3::int))
        or exists (select 1 from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int))
        or ($5::int > 0 and exists (select 1 from spent_idempotency_keys k
-                                   where k.spent_at < clock.now - make_interval(secs => $5::int))) as purge
+                                   where k.spent_at < clock.now - make_interval(secs => $5::int)))
+       -- A rate line past by the retention (issue 16; a slot row goes with its
+       -- key's last task, which the purge of tasks deletes in the same sweep).
+       or exists (select 1 from rate_limits r where r.next_claim_at < clock.now - make_interval(secs => $3::int))
+       or exists (select 1 from rate_start_lines r where r.next_start_at < clock.now - make_interval(secs => $3::int)) as purge
    from clock`,
 );
 

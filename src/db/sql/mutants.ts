@@ -41,6 +41,7 @@ const MAINTENANCE = 'src/db/sql/tasks-maintenance.ts';
 const TASK_READS = 'src/db/sql/tasks-read.ts';
 const SCHEDULES = 'src/db/sql/schedules.ts';
 const TENANTS = 'src/db/sql/tenants.ts';
+const CONCURRENCY = 'src/db/sql/concurrency.ts';
 
 export const mutants: Mutant[] = [
   // -------------------------------------------------------------------------
@@ -1311,8 +1312,18 @@ export const mutants: Mutant[] = [
                and t.finished_at < clock.now - make_interval(secs => $3::int))
        or exists (select 1 from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int))
        or ($5::int > 0 and exists (select 1 from spent_idempotency_keys k
-                                   where k.spent_at < clock.now - make_interval(secs => $5::int))) as purge`,
-    replace: `($3::int + $4::int + $5::int) is null as purge`,
+                                   where k.spent_at < clock.now - make_interval(secs => $5::int)))`,
+    replace: `($3::int + $4::int + $5::int) is null`,
+    tests: ['test/sweep/maintenance.test.ts'],
+  },
+  {
+    id: 'probe-purge-rate-lines',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'sweep_probe_due_work',
+    guard: 'a rate line past by the retention makes the sweep run (issue 16)',
+    find: `or exists (select 1 from rate_limits r where r.next_claim_at < clock.now - make_interval(secs => $3::int))
+       or exists (select 1 from rate_start_lines r where r.next_start_at < clock.now - make_interval(secs => $3::int)) as purge`,
+    replace: `as purge`,
     tests: ['test/sweep/maintenance.test.ts'],
   },
   {
@@ -1435,6 +1446,94 @@ export const mutants: Mutant[] = [
     find: `row_number() over (partition by p.tenant, p.rate_key order by p.run_at, p.vtime, p.id) as pos`,
     replace: `row_number() over (partition by p.rate_key order by p.run_at, p.vtime, p.id) as pos`,
     tests: ['test/tasks/rate-limit.test.ts'],
+  },
+  {
+    id: 'flow-purge-slot-no-task',
+    file: CONCURRENCY,
+    statement: 'concurrency_slots_lock_idle, flow_control_purge_idle',
+    guard: "a key's slot row is forgotten only once none of its tasks is left (checked in both steps)",
+    find: `where not exists (select 1 from tasks t where t.tenant = s.tenant and t.concurrency_key = s.key)`,
+    replace: `where true`,
+    also: [
+      {
+        file: CONCURRENCY,
+        find: `where not exists (select 1 from tasks t where t.tenant = k.tenant and t.concurrency_key = k.key)`,
+        replace: `where true`,
+      },
+    ],
+    tests: ['test/sweep/maintenance.test.ts'],
+  },
+  {
+    id: 'flow-purge-slot-skip-locked',
+    file: CONCURRENCY,
+    statement: 'concurrency_slots_lock_idle',
+    guard: 'skip locked: a slot row a claim or an enqueue holds is left alone',
+    find: `for update of s skip locked`,
+    replace: `for update of s`,
+    tests: ['test/sweep/maintenance.test.ts'],
+  },
+  {
+    id: 'flow-purge-frees-skip-locked',
+    file: CONCURRENCY,
+    statement: 'flow_control_purge_idle',
+    guard: 'skip locked: frees a claim holds are left alone',
+    find: `for update of f skip locked`,
+    replace: `for update of f`,
+    tests: ['test/sweep/maintenance.test.ts'],
+  },
+  {
+    id: 'flow-purge-frees-all-taken',
+    file: CONCURRENCY,
+    statement: 'flow_control_purge_idle',
+    guard: 'a key with a free someone else holds is kept (no free outlives its slot row)',
+    find: `and not exists (select 1 from concurrency_frees f
+                       where f.tenant = k.tenant and f.key = k.key and f.id not in (select id from frees))`,
+    replace: ``,
+    tests: ['test/sweep/maintenance.test.ts'],
+  },
+  {
+    id: 'flow-purge-claim-line-retention',
+    file: CONCURRENCY,
+    statement: 'flow_control_purge_idle',
+    guard: 'a claim line is forgotten only once past by the retention',
+    find: `where r.next_claim_at < clock.now - make_interval(secs => $2::int)`,
+    replace: `where r.next_claim_at < clock.now`,
+    tests: ['test/sweep/maintenance.test.ts'],
+  },
+  {
+    id: 'flow-purge-start-line-retention',
+    file: CONCURRENCY,
+    statement: 'flow_control_purge_idle',
+    guard: 'a start line is forgotten only once past by the retention',
+    find: `where r.next_start_at < clock.now - make_interval(secs => $2::int)`,
+    replace: `where r.next_start_at < clock.now`,
+    tests: ['test/sweep/maintenance.test.ts'],
+  },
+  {
+    id: 'flow-purge-rate-skip-locked',
+    file: CONCURRENCY,
+    statement: 'flow_control_purge_idle',
+    guard: 'skip locked: a claim line a claim holds is left alone',
+    find: `where r.next_claim_at < clock.now - make_interval(secs => $2::int)
+     limit $3::int
+     for update of r skip locked`,
+    replace: `where r.next_claim_at < clock.now - make_interval(secs => $2::int)
+     limit $3::int
+     for update of r`,
+    tests: ['test/sweep/maintenance.test.ts'],
+  },
+  {
+    id: 'flow-purge-start-line-skip-locked',
+    file: CONCURRENCY,
+    statement: 'flow_control_purge_idle',
+    guard: 'skip locked: a start line a fenced start holds is left alone',
+    find: `where r.next_start_at < clock.now - make_interval(secs => $2::int)
+     limit $3::int
+     for update of r skip locked`,
+    replace: `where r.next_start_at < clock.now - make_interval(secs => $2::int)
+     limit $3::int
+     for update of r`,
+    tests: ['test/sweep/maintenance.test.ts'],
   },
   {
     id: 'start-rate-line-advance',

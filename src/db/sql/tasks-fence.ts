@@ -51,7 +51,9 @@ export interface EarlyTask {
  * task takes exactly one of them.
  *
  * Rate limits (issue 16, refuse_over_rate): a rate-limited task starts on its
- * key's start line once due, at greatest(now, line): a place up to $5 seconds
+ * key's start line (rate_start_lines, migration 0023: apart from the claim
+ * line, so starts and claims never wait for each other's lock) once due, at
+ * greatest(now, line): a place up to $5 seconds
  * later than now is taken at once (started_at set there; the consumer waits
  * for it, so in that wait the task shows running: the one exception to
  * start_only_when_due). The line moves a step past each place; the starts it
@@ -64,10 +66,10 @@ const tasksStartIfClaimed = sql(
   'tasks_start_if_claimed',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    msg as (select * from unnest($2::bigint[], $3::bigint[]) as m(id, epoch)),
-   -- The batch's rate-limited tasks, locked before their keys' rows: every
-   -- statement takes task rows first, then rate_limits rows (a claim holding
-   -- a key's row never waits for a task row; unlocked here, a start holding
-   -- the key's row deadlocked against a claim, seen in the bench).
+   -- The batch's rate-limited tasks, locked before their keys' start lines:
+   -- every statement takes task rows first, then line rows (unlocked here, a
+   -- start holding the key's row deadlocked against a claim, seen in the
+   -- bench, when both lines shared one row).
    rate_locked as (
      select t.id, t.tenant, t.rate_key, t.run_at, t.rate_limit, t.rate_period_seconds
      from msg join tasks t on t.id = msg.id cross join clock
@@ -99,8 +101,8 @@ const tasksStartIfClaimed = sql(
      from rate_due r
    ),
    rate_starts as (
-     insert into rate_limits as l (tenant, key, max_starts, period_seconds, next_start_at)
-     select distinct on (b.tenant, b.rate_key) b.tenant, b.rate_key, b.max_starts, b.period_seconds,
+     insert into rate_start_lines as l (tenant, key, next_start_at)
+     select distinct on (b.tenant, b.rate_key) b.tenant, b.rate_key,
             coalesce((select max(x.base + x.pos * x.step) from rate_base x
                       where x.tenant = b.tenant and x.rate_key = b.rate_key
                         and x.base + (x.pos - 1) * x.step <= greatest(x.due, clock.now + make_interval(secs => $5::int))),

@@ -1,0 +1,15 @@
+-- 0022: forgetting idle flow-control keys (issue 16).
+--
+-- concurrency_slots, concurrency_frees and rate_limits kept a row for every
+-- key ever used. The sweep's purge step now deletes the rows of keys that
+-- carry no state (src/db/sql/concurrency.ts, purgeIdleFlowControl):
+-- - a key's slot row and its frees once no task of the key is left (retention
+--   deletes the finished ones): nothing runs or waits under it, and the next
+--   task enqueued with the key writes its limit afresh, as on first use;
+-- - a rate row once both its lines are more than the retention in the past: a
+--   line in the past spaces nothing (every start is at or after now), so it
+--   is the same as no row.
+-- This index answers "is any task of the key left" for the slot rows. It
+-- holds keyed tasks only (a null key is outside its predicate), so unkeyed
+-- writes never touch it.
+create index tasks_concurrency_key_idx on tasks (tenant, concurrency_key) where concurrency_key is not null;
