@@ -3,6 +3,7 @@
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from '../../schedules/model.ts';
+import { freeSlotsOf } from './concurrency.ts';
 import { NOT_STARTED } from './tasks-shared.ts';
 import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
 
@@ -127,22 +128,32 @@ const schedulesPause = sql(
    withdrawn as (
      delete from tasks t using target, clock
      where t.schedule_id = target.id and t.scheduled_for > clock.now and ${NOT_STARTED}
-     returning t.id, t.scheduled_for
+     returning t.id, t.scheduled_for, t.status, t.tenant, t.concurrency_key
    ),
    withdrawn_attempts as (
      delete from task_attempts a using withdrawn w where a.task_id = w.id
    ),
+   -- Locked first, so the status read is the one the cancel replaces.
+   due as (
+     select t.id, t.status, t.tenant, t.concurrency_key from tasks t, target, clock
+     where t.schedule_id = target.id and t.scheduled_for <= clock.now and ${NOT_STARTED}
+     for update of t
+   ),
    cancelled as (
      update tasks t set status = 'cancelled', finished_at = clock.now, lease_expires_at = null, updated_at = clock.now
-     from target, clock
-     where t.schedule_id = target.id and t.scheduled_for <= clock.now and ${NOT_STARTED}
+     from due, clock
+     where t.id = due.id
      returning t.id
-   )
+   ),
+   -- Occurrences claimed early give their slots back.
+   ${freeSlotsOf(`(select w.tenant, w.concurrency_key from withdrawn w where w.status = 'running'
+                    union all
+                    select d.tenant, d.concurrency_key from due d join cancelled c on c.id = d.id where d.status = 'running')`)}
    update schedules s set
      enabled = false,
      next_run_at = least(s.next_run_at, (select min(scheduled_for) from withdrawn)),
      updated_at = clock.now
-   from target, clock
+   from target, clock, slots_freed
    where s.id = target.id
    returning ${SCHEDULE_COLUMNS.split(',').map((c) => `s.${c.trim()}`).join(', ')},
              (select count(*) from withdrawn)::int as withdrawn, (select count(*) from cancelled)::int as cancelled`,
@@ -170,12 +181,14 @@ const schedulesWithdrawPlanned = sql(
    delete from tasks t using schedules s
    where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id
      and t.scheduled_for > coalesce($1::timestamptz, now()) and ${NOT_STARTED}
-   returning t.id
+   returning t.id, t.status, t.tenant, t.concurrency_key
    ),
    withdrawn_attempts as (
      delete from task_attempts a using withdrawn w where a.task_id = w.id
-   )
-   select id from withdrawn`,
+   ),
+   -- Occurrences claimed early give their slots back.
+   ${freeSlotsOf(`(select w.tenant, w.concurrency_key from withdrawn w where w.status = 'running')`)}
+   select w.id from withdrawn w cross join slots_freed`,
 );
 
 export async function withdrawPlannedOccurrences(q: Queryable, p: { now?: Now; tenant: string; name: string }): Promise<number> {
@@ -205,12 +218,22 @@ export async function setScheduleEnabled(
  */
 const schedulesCancelPending = sql(
   'schedules_cancel_pending_occurrences',
-  `update tasks t set status = 'cancelled', finished_at = coalesce($1::timestamptz, now()),
-                      lease_expires_at = null, updated_at = coalesce($1::timestamptz, now())
-   from schedules s
-   where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id
-     and ${NOT_STARTED}
-   returning t.id`,
+  `with pending as (
+     -- Locked first, so the status read is the one the cancel replaces.
+     select t.id, t.status, t.tenant, t.concurrency_key from tasks t join schedules s on t.schedule_id = s.id
+     where s.tenant = $2::text and s.name = $3::text and ${NOT_STARTED}
+     for update of t
+   ),
+   cancelled as (
+     update tasks t set status = 'cancelled', finished_at = coalesce($1::timestamptz, now()),
+                        lease_expires_at = null, updated_at = coalesce($1::timestamptz, now())
+     from pending p
+     where t.id = p.id
+     returning t.id
+   ),
+   -- Occurrences claimed early give their slots back.
+   ${freeSlotsOf(`(select p.tenant, p.concurrency_key from pending p join cancelled c on c.id = p.id where p.status = 'running')`)}
+   select c.id from cancelled c cross join slots_freed`,
 );
 
 export async function cancelPendingOccurrences(q: Queryable, p: { now?: Now; tenant: string; name: string }): Promise<number> {

@@ -197,15 +197,19 @@ const tasksInsertBatch = sql(
      vtime      = case when not ${NOT_STARTED} then t.vtime
                        when excluded.status = 'queued' then coalesce(t.vtime, excluded.vtime) end,
      status     = case when ${NOT_STARTED} then excluded.status else t.status end,
-     -- A waiting task takes the new flow control and is runnable again (an
-     -- early claim undone frees its old key's slot through the trigger).
+     -- A waiting task takes the new flow control and is runnable again.
      concurrency_key   = case when ${NOT_STARTED} then excluded.concurrency_key else t.concurrency_key end,
      concurrency_limit = case when ${NOT_STARTED} then excluded.concurrency_limit else t.concurrency_limit end,
      priority   = case when ${NOT_STARTED} then excluded.priority else t.priority end,
      rate_key   = case when ${NOT_STARTED} then excluded.rate_key else t.rate_key end,
      rate_limit = case when ${NOT_STARTED} then excluded.rate_limit else t.rate_limit end,
      rate_period_seconds = case when ${NOT_STARTED} then excluded.rate_period_seconds else t.rate_period_seconds end,
-     parked     = case when ${NOT_STARTED} then false else t.parked end,
+     -- An early claim undone gives its old key's slot back, here, where \`t\`
+     -- is the locked row as it was (the call returns the slots freed: the
+     -- task is not parked). The wake spares the tasks of the batch's keys.
+     parked     = case when ${CLAIMED_NOT_STARTED} and t.concurrency_key is not null
+                       then concurrency_slots_free(t.tenant, t.concurrency_key, 1, $14::text[]) = 0
+                       when ${NOT_STARTED} then false else t.parked end,
      -- reschedule_if_claimed_not_started: undo the early claim.
      lease_epoch      = case when ${CLAIMED_NOT_STARTED} then t.lease_epoch + 1 else t.lease_epoch end,
      attempts         = case when ${CLAIMED_NOT_STARTED} then t.attempts - 1 else t.attempts end,

@@ -2,6 +2,7 @@
 // leases, purge finished tasks past retention. Conventions: tasks-shared.ts.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
+import { freeSlotsOf } from './concurrency.ts';
 import { at, type Now } from './tasks-shared.ts';
 
 /**
@@ -114,8 +115,10 @@ const tasksReapExpired = sql(
      updated_at = clock.now
    from expired e, clock
    where t.id = e.id
-   returning e.next_status, t.id, t.last_error, e.attempt, e.lease_epoch, e.attempt_started_at, clock.now
+   returning e.next_status, t.id, t.last_error, e.attempt, e.lease_epoch, e.attempt_started_at, clock.now,
+             t.tenant, t.concurrency_key
    ),
+   ${freeSlotsOf('reaped')},
    -- Attempt history (migration 0017): an attempt handed off and never
    -- reported is \`lease_expired\`; a claim given back (queued) was no attempt.
    attempts_written as (
@@ -124,7 +127,7 @@ const tasksReapExpired = sql(
      from reaped r
      where r.next_status <> 'queued'
    )
-   select next_status from reaped`,
+   select r.next_status from reaped r cross join slots_freed`,
 );
 
 export async function reapExpiredLeases(
