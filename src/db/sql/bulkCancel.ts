@@ -4,7 +4,7 @@ import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { freeSlotsOf } from './concurrency.ts';
 import { MATCH_PREDICATES, matchParams, type TaskMatch } from './replay.ts';
-import { NOT_STARTED, type Now } from './tasks-shared.ts';
+import { countPendingOf, NOT_STARTED, type Now } from './tasks-shared.ts';
 
 /** Statuses a task may have and still be cancelled (running only while claimed early, not started). */
 export const CANCELLABLE_STATUSES = ['scheduled', 'queued', 'running'] as const;
@@ -36,8 +36,9 @@ const tasksCancelMatching = sql(
      update tasks t set status = 'cancelled', finished_at = clock.now, lease_expires_at = null, updated_at = clock.now
      from picked, clock
      where t.id = picked.id
-     returning t.id
+     returning t.id, t.tenant
    ),
+   ${countPendingOf('pending_counted', '-', 'cancelled')},
    -- A task claimed early gives its slot back (the status is the locked row's).
    ${freeSlotsOf(`(select p.tenant, p.concurrency_key from picked p join cancelled c on c.id = p.id where p.status = 'running')`)}
    select c.id from cancelled c cross join slots_freed`,

@@ -4,7 +4,7 @@ import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from '../../schedules/model.ts';
 import { freeSlotsOf } from './concurrency.ts';
-import { NOT_STARTED } from './tasks-shared.ts';
+import { countPendingOf, NOT_STARTED } from './tasks-shared.ts';
 import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
 
 type Now = Date | null | undefined;
@@ -143,8 +143,10 @@ const schedulesPause = sql(
      update tasks t set status = 'cancelled', finished_at = clock.now, lease_expires_at = null, updated_at = clock.now
      from due, clock
      where t.id = due.id
-     returning t.id
+     returning t.id, t.tenant
    ),
+   -- One write per row of the counts: two inserts of one row in one statement fail.
+   ${countPendingOf('pending_counted', '-', '(select tenant from withdrawn union all select tenant from cancelled)')},
    -- Occurrences claimed early give their slots back.
    ${freeSlotsOf(`(select w.tenant, w.concurrency_key from withdrawn w where w.status = 'running'
                     union all
@@ -186,6 +188,7 @@ const schedulesWithdrawPlanned = sql(
    withdrawn_attempts as (
      delete from task_attempts a using withdrawn w where a.task_id = w.id
    ),
+   ${countPendingOf('pending_counted', '-', 'withdrawn')},
    -- Occurrences claimed early give their slots back.
    ${freeSlotsOf(`(select w.tenant, w.concurrency_key from withdrawn w where w.status = 'running')`)}
    select w.id from withdrawn w cross join slots_freed`,
@@ -229,8 +232,9 @@ const schedulesCancelPending = sql(
                         lease_expires_at = null, updated_at = coalesce($1::timestamptz, now())
      from pending p
      where t.id = p.id
-     returning t.id
+     returning t.id, t.tenant
    ),
+   ${countPendingOf('pending_counted', '-', 'cancelled')},
    -- Occurrences claimed early give their slots back.
    ${freeSlotsOf(`(select p.tenant, p.concurrency_key from pending p join cancelled c on c.id = p.id where p.status = 'running')`)}
    select c.id from cancelled c cross join slots_freed`,
@@ -365,8 +369,10 @@ const schedulesFireOccurrences = sql(
      from occ o join schedules s on s.id = o.schedule_id, clock
      order by o.scheduled_for
      on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing
-     returning status
+     returning status, tenant
    ),
+   -- A missed occurrence is born finished.
+   ${countPendingOf('pending_counted', '+', "(select tenant from inserted where status <> 'missed')")},
    advanced as (
      update schedules s set next_run_at = u.next_run_at,
                             last_fired_at = coalesce(u.last_fired_at, s.last_fired_at),

@@ -8,6 +8,7 @@ import { taskFromRow, type Task, type TaskRow, type TaskStatus } from '../../tas
 import { freeSlotsOf } from './concurrency.ts';
 import {
   at,
+  countPendingOf,
   lostFromRow,
   TASK_COLUMNS_NULLS_BUT_ID,
   TASK_COLUMNS_T,
@@ -316,6 +317,7 @@ const tasksFinishIfRunning = sql(
                d.error_name, d.error_message, d.http_status, clock.now, t.tenant, t.concurrency_key
    ),
    ${freeSlotsOf('finished')},
+   ${countPendingOf('pending_counted', '-', "(select tenant from finished where status in ('succeeded', 'dead'))")},
    -- Attempt history (migration 0017): one row per finish applied (the
    -- update's own rows, no join), none for a result that lost its fence.
    attempts_written as (

@@ -3,7 +3,7 @@
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { freeSlotsOf } from './concurrency.ts';
-import { at, type Now } from './tasks-shared.ts';
+import { at, countPendingOf, type Now } from './tasks-shared.ts';
 
 /**
  * Makes due `scheduled` tasks runnable: locks a bounded batch (SKIP LOCKED, so
@@ -119,6 +119,7 @@ const tasksReapExpired = sql(
              t.tenant, t.concurrency_key
    ),
    ${freeSlotsOf('reaped')},
+   ${countPendingOf('pending_counted', '-', "(select tenant from reaped where next_status = 'dead')")},
    -- Attempt history (migration 0017): an attempt handed off and never
    -- reported is \`lease_expired\`; a claim given back (queued) was no attempt.
    attempts_written as (

@@ -4,7 +4,7 @@ import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from '../../tasks/model.ts';
 import { freeSlotsOf } from './concurrency.ts';
-import { at, NOT_STARTED, TASK_COLUMNS_T, type Now } from './tasks-shared.ts';
+import { at, countPendingOf, NOT_STARTED, TASK_COLUMNS_T, type Now } from './tasks-shared.ts';
 
 // Reads and cancel, always scoped by tenant
 
@@ -47,6 +47,7 @@ const tasksCancelIfNotStarted = sql(
      where t.id = x.id
      returning ${TASK_COLUMNS_T}
    ),
+   ${countPendingOf('pending_counted', '-', 'cancelled')},
    -- A task claimed early gives its slot back.
    ${freeSlotsOf(`(select x.tenant, x.concurrency_key from target x where x.status = 'running')`)}
    select c.* from cancelled c cross join slots_freed`,
