@@ -63,7 +63,7 @@ export async function startWorkerDev(ctx: Ctx, options: WorkerDevOptions = {}): 
 
 /** Empties the task tables between repetitions (the Worker keeps its DATABASE_URL). */
 async function truncate(w: WorkerDev): Promise<void> {
-  await withClient(w.databaseUrl, (c) => c.query('truncate tasks, tenants restart identity'));
+  await withClient(w.databaseUrl, (c) => c.query('truncate tasks, tenants, tenant_pending_counts restart identity'));
 }
 
 async function stored(w: WorkerDev): Promise<number> {

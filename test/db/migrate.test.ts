@@ -7,6 +7,7 @@ import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts
 import { getTask } from '../../src/db/sql/tasks-read.ts';
 import { reapExpiredLeases } from '../../src/db/sql/tasks-maintenance.ts';
 import type { Db } from '../../src/db/seam.ts';
+import { expectPendingCounted } from '../helpers/invariants.ts';
 import { databaseUrl } from '../setup/global.ts';
 
 // These tests start from an empty database, not the migrated template.
@@ -134,6 +135,35 @@ describe('migrate', () => {
       results: ['4', '5'].map((id) => ({ id, epoch: 1, outcome: 'succeeded' as const, error: null, retryDelayMs: null })),
     });
     expect(finished.map((f) => [f.id, f.status]).sort()).toEqual([['4', 'succeeded'], ['5', 'succeeded']]);
+    await db.close();
+  });
+
+  it('0021 (pending counts) counts the tasks already pending, per tenant, in every status', async () => {
+    const db = await emptyDb();
+    const migrations = await loadMigrations();
+    const at = migrations.findIndex((m) => m.name.startsWith('0021_'));
+    expect(at).toBeGreaterThan(0);
+    await migrate(db, migrations.slice(0, at));
+    const statuses = ['scheduled', 'queued', 'running', 'succeeded', 'dead', 'cancelled', 'missed'];
+    for (const [tenant, copies] of [['acme', 1], ['beta', 3]] as const) {
+      for (const status of statuses) {
+        for (let i = 0; i < copies; i++) {
+          await db.query(
+            `insert into tasks (tenant, task, status, run_at, vtime, attempts, lease_epoch, claimed_by, lease_expires_at, finished_at)
+             values ($1::text, 'noop', $2::text, now(), case when $2::text in ('queued', 'running') then 1 end,
+                     case when $2::text = 'running' then 1 else 0 end,
+                     case when $2::text = 'running' then 1 else 0 end, case when $2::text = 'running' then 'old-sweep' end,
+                     case when $2::text = 'running' then now() + interval '1 minute' end,
+                     case when $2::text in ('succeeded', 'dead', 'cancelled', 'missed') then now() end)`,
+            [tenant, status],
+          );
+        }
+      }
+    }
+    await migrate(db, migrations);
+    const counts = await db.query(`select tenant, sum(n)::int as n from tenant_pending_counts group by tenant order by tenant`);
+    expect(counts).toEqual([{ tenant: 'acme', n: 3 }, { tenant: 'beta', n: 9 }]);
+    await expectPendingCounted(db);
     await db.close();
   });
 });

@@ -86,7 +86,7 @@ export function useTestDatabase(options: { maxConnections?: number } = {}): Test
 /** Empties every table a test writes, between tests of one file. */
 export async function resetTables(db: Db): Promise<void> {
   await db.query(
-    'truncate tasks, task_attempts, tenants, tenant_quotas, queues, spent_idempotency_keys, task_events, schedules, api_keys, signing_secrets, concurrency_slots, concurrency_frees, rate_limits, rate_start_lines restart identity cascade',
+    'truncate tasks, task_attempts, tenants, tenant_quotas, queues, spent_idempotency_keys, task_events, schedules, api_keys, signing_secrets, concurrency_slots, concurrency_frees, rate_limits, rate_start_lines, tenant_pending_counts restart identity cascade',
   );
   await db.query(`update dispatcher_slots set token = null, holder = null, acquired_at = null, expires_at = '-infinity'`);
 }

@@ -13,6 +13,20 @@ export async function expectNoLoss(db: Queryable, now: Date): Promise<void> {
     [now],
   );
   expect(stuck, 'I1: tasks neither terminal nor waiting for a future run_at').toEqual([]);
+  await expectPendingCounted(db);
+}
+
+/** Every tenant's pending count (migration 0021, what maxPendingTasks reads) is its scheduled + queued + running tasks. */
+export async function expectPendingCounted(db: Queryable): Promise<void> {
+  const off = await db.query<{ tenant: string; counted: number; actual: number }>(
+    `select tenant, coalesce(c.n, 0)::int as counted, coalesce(a.n, 0)::int as actual
+     from (select tenant, sum(n) as n from tenant_pending_counts group by tenant) c
+     full join (select tenant, count(*) as n from tasks where status in ('scheduled', 'queued', 'running') group by tenant) a
+       using (tenant)
+     where coalesce(c.n, 0) <> coalesce(a.n, 0)
+     order by tenant`,
+  );
+  expect(off, 'pending counts that disagree with the tasks').toEqual([]);
 }
 
 /** I2: one accepted completion per succeeded task, with its final epoch. */

@@ -35,7 +35,7 @@ describe(`chaos (seed ${SEED})`, () => {
   ] as const)
   it(`${WORKERS} concurrent sweeps and consumers over ${TASKS} tasks with random cut-offs lose nothing: ${design}`, async ({ annotate }) => {
     if (parallel) await t.db.query(`update dispatcher_slots set token = null, expires_at = '-infinity'`);
-    await t.db.query('truncate tasks, tenants, queues, task_events, concurrency_slots restart identity cascade');
+    await t.db.query('truncate tasks, tenants, queues, task_events, concurrency_slots, tenant_pending_counts restart identity cascade');
     const random = seeded(SEED);
     const runs = new Map<string, number>();
     const count = defineTask('count', z.object({}).default({}), async (_p, ctx) => {

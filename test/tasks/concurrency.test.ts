@@ -4,9 +4,12 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Db } from '../../src/db/seam.ts';
 import { cancelTaskIfNotStarted, getTask } from '../../src/db/sql/tasks-read.ts';
+import { setQueuePaused } from '../../src/db/sql/tenants.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
+import { cancelMatching } from '../../src/tasks/bulkCancel.ts';
 import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
+import { createTestApi } from '../helpers/http.ts';
 
 const t = useTestDatabase({ maxConnections: 20 });
 let h: Harness;
@@ -233,5 +236,131 @@ describe('concurrency limits', () => {
     expect(slot!.max_running).toBe(4);
     expect((await h.sweep({ now: at(2) })).claimed).toBe(3);
     expect(await expectSlotMatches('acme', 'k')).toBe(4);
+  });
+});
+
+// Every statement that takes a task out of `running` frees its slot itself
+// (migration 0020): one test per statement, each red without its freeing.
+describe('every way out of running gives the slot back', () => {
+  const keyed = (n: number, limit: number, extra: Record<string, unknown> = {}) =>
+    Array.from({ length: n }, () => ({ task: 'slow', concurrency: { key: 'k', limit }, ...extra }));
+  const parkedCount = async () =>
+    (await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status = 'queued' and parked`))[0]!.n;
+
+  it('a start refused for a paused queue: the slot is back and a parked task woken', async () => {
+    await h.enqueue(keyed(3, 2), { now: T0 });
+    expect((await h.sweep({ now: T0 })).claimed).toBe(2);
+    await setQueuePaused(t.db, { queue: 'default', paused: true });
+    await h.consume(h.outbox.take().map((m) => m.body), { now: at(1) });
+    expect(await expectSlotMatches('acme', 'k')).toBe(0);
+    expect(await parkedCount()).toBe(0);
+  });
+
+  it('a start refused over its rate: the slot is back', async () => {
+    const rated = createHarness(t.db);
+    await rated.enqueue(
+      Array.from({ length: 80 }, () => ({
+        task: 'noop',
+        rateLimit: { key: 'partner', limit: 5, periodSeconds: 1 },
+        concurrency: { key: 'k', limit: 100 },
+      })),
+      { now: T0 },
+    );
+    expect((await rated.sweep({ now: T0 })).claimed).toBe(80);
+    // Delivered 20 s late: the start line lets 51 start, 29 go back queued.
+    await rated.consume(rated.outbox.take().map((m) => m.body), { now: at(20) });
+    const [queued] = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status = 'queued'`);
+    expect(queued!.n).toBe(29);
+    expect(await expectSlotMatches('acme', 'k')).toBe(0);
+  });
+
+  /** Three tasks of limit 2 due in 30 s: two claimed early, one parked. */
+  const claimTwoParkOne = async () => {
+    const created = await h.enqueue(keyed(3, 2, { delay: 30 }), { now: T0 });
+    expect((await h.sweep({ now: T0 })).claimed).toBe(2);
+    const [parked] = await t.db.query<{ id: string }>(`select id::text from tasks where parked`);
+    return { ids: created.map((c) => c!.task!.id), parked: parked!.id };
+  };
+
+  it('a cancel: a task claimed early gives its slot back, a parked one none', async () => {
+    const { ids, parked } = await claimTwoParkOne();
+    expect(await cancelTaskIfNotStarted(t.db, { now: at(1), tenant: 'acme', id: parked })).not.toBeNull();
+    expect(await expectSlotMatches('acme', 'k')).toBe(2);
+    expect(await cancelTaskIfNotStarted(t.db, { now: at(1), tenant: 'acme', id: ids.find((id) => id !== parked)! })).not.toBeNull();
+    expect(await expectSlotMatches('acme', 'k')).toBe(1);
+  });
+
+  it('a bulk cancel: tasks claimed early give their slots back, a parked one none', async () => {
+    const { parked } = await claimTwoParkOne();
+    expect(await cancelMatching(t.db, 'acme', { ids: [parked] }, 10, at(1))).toEqual([parked]);
+    expect(await expectSlotMatches('acme', 'k')).toBe(2);
+    expect(await cancelMatching(t.db, 'acme', {}, 10, at(1))).toHaveLength(2);
+    expect(await expectSlotMatches('acme', 'k')).toBe(0);
+  });
+
+  it('a batch enqueue undoing an early claim and rescheduling a parked task of the same key: the slot is back, another parked task woken', async () => {
+    await h.enqueue(
+      ['a', 'b', 'c'].map((key) => ({ task: 'slow', delay: 30, idempotencyKey: key, concurrency: { key: 'k', limit: 1 } })),
+      { now: T0 },
+    );
+    expect((await h.sweep({ now: T0 })).claimed).toBe(1);
+    // a was claimed early; b and c are parked. The free of a's slot wakes c,
+    // not b, which the same statement rewrites (a row changed twice by one
+    // statement is refused).
+    await h.enqueue(
+      ['a', 'b'].map((key) => ({ task: 'slow', delay: 600, idempotencyKey: key, concurrency: { key: 'k', limit: 1 } })),
+      { now: at(1) },
+    );
+    expect(await expectSlotMatches('acme', 'k')).toBe(0);
+    const c = await t.db.query<{ status: string; parked: boolean }>(`select status, parked from tasks where idempotency_key = 'c'`);
+    expect(c).toEqual([{ status: 'queued', parked: false }]);
+  });
+
+  describe('schedules', () => {
+    let api: ReturnType<typeof createTestApi>;
+    const put = async (name: string, limit = 6) => {
+      const r = await api.admin('PUT', `/v1/schedules/${name}`, {
+        tenant: 'acme',
+        body: { task: 'slow', interval: 3, concurrency: { key: 'k', limit } },
+      });
+      expect(r.status, JSON.stringify(r.body)).toBeLessThan(300);
+    };
+    // Two schedules of one key, created at 12:00:09: each fires every 3 s
+    // from 12:00:12; the sweep at 12:00:10 plans 20 occurrences of each and
+    // claims 3 of each (12, 15, 18), the rest parked. Only tick is acted on:
+    // tock's slots stay taken.
+    beforeEach(async () => {
+      api = createTestApi(t.db, { handlers: [slowTask] });
+      api.setNow(at(9));
+      await put('tick');
+      await put('tock');
+      expect((await h.sweep({ now: at(10) })).claimed).toBe(6);
+      const [ticks] = await t.db.query<{ n: number }>(
+        `select count(*)::int as n from tasks t join schedules s on s.id = t.schedule_id where s.name = 'tick' and t.status = 'running'`,
+      );
+      expect(ticks!.n).toBe(3);
+    });
+
+    it('pause: the occurrences cancelled (due) and withdrawn (planned) give their slots back', async () => {
+      api.setNow(at(16));
+      expect((await api.admin('POST', '/v1/schedules/tick/pause', { tenant: 'acme' })).status).toBe(200);
+      const states = await t.db.query<{ status: string; n: number }>(
+        `select t.status, count(*)::int as n from tasks t join schedules s on s.id = t.schedule_id where s.name = 'tick' group by 1`,
+      );
+      expect(states).toEqual([{ status: 'cancelled', n: 2 }]);
+      expect(await expectSlotMatches('acme', 'k')).toBe(3);
+    });
+
+    it('replace: the occurrences withdrawn give their slots back', async () => {
+      api.setNow(at(11));
+      await put('tick', 5);
+      expect(await expectSlotMatches('acme', 'k')).toBe(3);
+    });
+
+    it('delete: the occurrences cancelled give their slots back', async () => {
+      api.setNow(at(11));
+      expect((await api.admin('DELETE', '/v1/schedules/tick', { tenant: 'acme' })).status).toBe(200);
+      expect(await expectSlotMatches('acme', 'k')).toBe(3);
+    });
   });
 });

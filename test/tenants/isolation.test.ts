@@ -88,7 +88,7 @@ describe('tenant isolation', () => {
   });
 
   it("B's schedule under A's name takes its own anchor; replacing and deleting it leave A's occurrences alone", async () => {
-    await t.db.query('truncate tasks, schedules restart identity'); // the earlier tests' schedules would fire too
+    await t.db.query('truncate tasks, schedules, tenant_pending_counts restart identity'); // the earlier tests' schedules would fire too
     api.setNow(T0);
     const a = await api.call('PUT', '/v1/schedules/tick', { token: keyA, body: { task: 'noop', interval: 60 } });
     expect(a.body.nextRunAt).toBe(at(60).toISOString());
@@ -110,7 +110,7 @@ describe('tenant isolation', () => {
   });
 
   it("B replacing or pausing its schedule under A's name leaves A's occurrences and schedule alone", async () => {
-    await t.db.query('truncate tasks, schedules restart identity');
+    await t.db.query('truncate tasks, schedules, tenant_pending_counts restart identity');
     api.setNow(T0);
     expect((await api.call('PUT', '/v1/schedules/tick', { token: keyA, body: { task: 'noop', interval: 60 } })).status).toBe(201);
     api.setNow(at(25));

@@ -6,9 +6,12 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { readConfig } from '../../src/config.ts';
 import { shortestGapSeconds } from '../../src/tenants/quotas.ts';
+import { z } from 'zod';
+import { defineTask } from '../../src/handlers/registry.ts';
 import { resetTables, T0, at, useTestDatabase } from '../helpers/db.ts';
 import { createHarness } from '../helpers/harness.ts';
 import { createTestApi } from '../helpers/http.ts';
+import { expectPendingCounted } from '../helpers/invariants.ts';
 
 const t = useTestDatabase();
 let api: ReturnType<typeof createTestApi>;
@@ -148,6 +151,94 @@ describe('maxPendingTasks', () => {
     expect((await api.admin('POST', '/v1/schedules/nightly/trigger', { tenant: 'small' })).status).toBe(429);
     await api.admin('POST', '/v1/tasks/bulk-cancel', { tenant: 'small', body: { ids: [replayed.body.replayIds[0]] } });
     expect((await api.admin('POST', '/v1/schedules/nightly/trigger', { tenant: 'small' })).status).toBe(201);
+  });
+});
+
+// maxPendingTasks reads the tenant's pending count (migration 0021), kept by
+// every statement that creates pending tasks or takes them out of pending.
+// Each step below goes through one such statement; the count must agree with
+// the tasks after each (a statement that forgot it turns this red).
+describe('the pending count', () => {
+  const failing = defineTask('failing', z.object({}).default({}), async () => {
+    throw new Error('boom');
+  });
+  const pending = async () =>
+    (await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status in ('scheduled', 'queued', 'running')`))[0]!.n;
+
+  it('follows every statement into and out of pending', async () => {
+    const h = createHarness(t.db, { handlers: [failing] });
+    const api = createTestApi(t.db, { handlers: [failing] });
+    const step = async (expected: number) => {
+      expect(await pending()).toBe(expected);
+      await expectPendingCounted(t.db);
+    };
+    // Enqueue: the plain batch, a keyed one, a reschedule and a deduplication by key (nothing new).
+    await h.enqueue([{ task: 'noop', delay: 3600 }, { task: 'noop', delay: 3600 }], { now: T0 });
+    await step(2);
+    await h.enqueue([{ task: 'noop', delay: 3600, idempotencyKey: 'k' }, { task: 'noop', delay: 3600 }], { now: T0 });
+    await step(4);
+    await h.enqueue({ task: 'noop', delay: 60, idempotencyKey: 'k' }, { now: T0 });
+    await step(4);
+    // Finish: succeeded (out), failed with attempts left (still pending), dead (out).
+    await h.enqueue([{ task: 'noop' }, { task: 'failing', maxAttempts: 2 }], { now: T0 });
+    await step(6);
+    await h.sweep({ now: T0 });
+    await h.consume(h.outbox.take().map((m) => m.body), { now: T0 });
+    await step(5);
+    await h.drain({ now: at(3600) });
+    await step(0);
+    // Reaper: a lost attempt with none left is dead.
+    await h.enqueue({ task: 'noop', maxAttempts: 1 }, { now: at(4000) });
+    await h.sweep({ now: at(4000) });
+    h.outbox.take();
+    await step(1);
+    await h.sweep({ now: at(5000) });
+    await step(0);
+    // Cancel and bulk cancel.
+    const [one, two] = await h.enqueue([{ task: 'noop', delay: 3600 }, { task: 'noop', delay: 3600 }], { now: at(5000) });
+    await step(2);
+    expect((await api.admin('DELETE', `/v1/tasks/${one!.task!.id}`, { tenant: 'acme' })).status).toBe(200);
+    await step(1);
+    expect((await api.admin('POST', '/v1/tasks/bulk-cancel', { tenant: 'acme', body: { ids: [two!.task!.id] } })).body.affected).toBe(1);
+    await step(0);
+    // Replay (one and bulk).
+    expect((await api.admin('POST', `/v1/tasks/${one!.task!.id}/replay`, { tenant: 'acme' })).status).toBe(201);
+    await step(1);
+    expect((await api.admin('POST', '/v1/tasks/bulk-replay', { tenant: 'acme', body: { ids: [two!.task!.id] } })).status).toBe(200);
+    await step(2);
+    await h.drain({ now: at(9000) });
+    await step(0);
+    // Schedules: materialized occurrences, a trigger, replace, pause, delete.
+    api.setNow(at(10_000));
+    const put = (body: object) => api.admin('PUT', '/v1/schedules/tick', { tenant: 'acme', body: { task: 'noop', interval: 10, ...body } });
+    expect((await put({})).status).toBe(201);
+    await h.sweep({ now: at(10_000) });
+    h.outbox.take();
+    const planned = await pending();
+    expect(planned).toBeGreaterThan(1);
+    await step(planned);
+    expect((await api.admin('POST', '/v1/schedules/tick/trigger', { tenant: 'acme' })).status).toBe(201);
+    await step(planned + 1);
+    expect((await put({ payload: {} })).status).toBe(200); // withdraws the occurrences planned early
+    expect(await pending()).toBeLessThan(planned);
+    await step(await pending());
+    await h.sweep({ now: at(10_005) });
+    h.outbox.take();
+    api.setNow(at(10_025));
+    expect((await api.admin('POST', '/v1/schedules/tick/pause', { tenant: 'acme' })).status).toBe(200);
+    await step(0);
+    // Resumed an hour later with misfire skip: the late fire times are recorded missed (never pending).
+    expect((await put({ misfire: 'skip', enabled: false })).status).toBe(200);
+    api.setNow(at(14_000));
+    expect((await api.admin('POST', '/v1/schedules/tick/resume', { tenant: 'acme' })).status).toBe(200);
+    await h.sweep({ now: at(14_000) });
+    h.outbox.take();
+    const [missed] = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status = 'missed'`);
+    expect(missed!.n).toBeGreaterThan(0);
+    await step(await pending());
+    expect(await pending()).toBeGreaterThan(0);
+    expect((await api.admin('DELETE', '/v1/schedules/tick', { tenant: 'acme' })).status).toBe(200);
+    await step(0);
   });
 });
 

@@ -2,8 +2,9 @@
 // started, cancelled in bounded batches, one statement per batch.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
+import { freeSlotsOf } from './concurrency.ts';
 import { MATCH_PREDICATES, matchParams, type TaskMatch } from './replay.ts';
-import { NOT_STARTED, type Now } from './tasks-shared.ts';
+import { countPendingOf, NOT_STARTED, type Now } from './tasks-shared.ts';
 
 /** Statuses a task may have and still be cancelled (running only while claimed early, not started). */
 export const CANCELLABLE_STATUSES = ['scheduled', 'queued', 'running'] as const;
@@ -23,18 +24,24 @@ const tasksCancelMatching = sql(
   'tasks_cancel_matching_if_not_started',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    picked as (
-     select t.id from tasks t
+     select t.id, t.status, t.tenant, t.concurrency_key from tasks t
      where ${MATCH_PREDICATES}
        and ${NOT_STARTED}
        and ($10::bigint is null or t.id > $10::bigint)
      order by t.id
      limit $3::int
      for update of t skip locked
-   )
-   update tasks t set status = 'cancelled', finished_at = clock.now, lease_expires_at = null, updated_at = clock.now
-   from picked, clock
-   where t.id = picked.id
-   returning t.id`,
+   ),
+   cancelled as (
+     update tasks t set status = 'cancelled', finished_at = clock.now, lease_expires_at = null, updated_at = clock.now
+     from picked, clock
+     where t.id = picked.id
+     returning t.id, t.tenant
+   ),
+   ${countPendingOf('pending_counted', '-', 'cancelled')},
+   -- A task claimed early gives its slot back (the status is the locked row's).
+   ${freeSlotsOf(`(select p.tenant, p.concurrency_key from picked p join cancelled c on c.id = p.id where p.status = 'running')`)}
+   select c.id from cancelled c cross join slots_freed`,
 );
 
 /** The ids cancelled, ascending. */

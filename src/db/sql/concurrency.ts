@@ -1,8 +1,28 @@
 // Concurrency slots and rate limits (issue 16): what a tenant's keys hold.
-// The claim, the fenced start and the trigger of migration 0016 write them;
-// this file reads them, and the purge forgets the keys left idle.
+// The claim and the fenced start write them, and every statement that takes a
+// task out of `running` frees its slot (freeSlotsOf); this file reads them,
+// and the purge forgets the keys left idle.
 import type { Db, Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
+
+/**
+ * The slot freeing of every set-based statement that takes tasks out of
+ * `running` (migration 0020; the enqueue's ON CONFLICT calls the function
+ * itself): CTE `slots_freed` gives back one slot per row of `left` (columns
+ * tenant, concurrency_key), which must hold exactly the rows the statement
+ * took out of `running`, as they were (a key they carried then). One call of
+ * concurrency_slots_free per key: a ledger insert, and the wake of as many
+ * parked tasks. The group by reads `left` whole before the first call, so
+ * the wake runs after the statement's own writes to those rows. The
+ * statement must read `slots_freed` (a CTE nobody reads never runs).
+ */
+export const freeSlotsOf = (left: string) => `slots_freed as (
+     select count(concurrency_slots_free(f.tenant, f.key, f.n, null)) as keys
+     from (select l.tenant, l.concurrency_key as key, count(*)::int as n from ${left} l
+           where l.concurrency_key is not null
+           group by l.tenant, l.concurrency_key
+           order by l.tenant, l.concurrency_key) f
+   )`;
 
 export interface ConcurrencySlot {
   key: string;

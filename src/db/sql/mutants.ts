@@ -71,11 +71,11 @@ export const mutants: Mutant[] = [
     statement: 'tasks_release_if_undispatched',
     guard: 'the lease epoch',
     find: `where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
-     and t.dispatched_at is null and t.started_at is null
-     and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
+       and t.dispatched_at is null and t.started_at is null
+       and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
     replace: `where t.id = any($2::bigint[]) and t.id = c.id and t.status = 'running'
-     and t.dispatched_at is null and t.started_at is null
-     and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
+       and t.dispatched_at is null and t.started_at is null
+       and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
     tests: ['test/tasks/fencing.test.ts'],
   },
   {
@@ -84,11 +84,11 @@ export const mutants: Mutant[] = [
     statement: 'tasks_release_if_undispatched',
     guard: `status = 'running'`,
     find: `where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
-     and t.dispatched_at is null and t.started_at is null
-     and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
+       and t.dispatched_at is null and t.started_at is null
+       and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
     replace: `where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch
-     and t.dispatched_at is null and t.started_at is null
-     and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
+       and t.dispatched_at is null and t.started_at is null
+       and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
     tests: ['test/tasks/cancel.test.ts'],
   },
   {
@@ -100,8 +100,8 @@ export const mutants: Mutant[] = [
     statement: 'tasks_release_if_undispatched',
     guard: 'not dispatched, not started, no dispatch mark (the send delivered, then reported failure)',
     find: `where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
-     and t.dispatched_at is null and t.started_at is null
-     and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
+       and t.dispatched_at is null and t.started_at is null
+       and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)`,
     replace: `where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'`,
     tests: ['test/tasks/fencing.test.ts'],
   },
@@ -372,9 +372,9 @@ export const mutants: Mutant[] = [
     statement: 'tasks_cancel_if_not_started',
     guard: 'the tenant filter',
     find: `where t.tenant = $2::text
-     and t.id = coalesce(`,
+       and t.id = coalesce(`,
     replace: `where $2::text is not null
-     and t.id = coalesce(`,
+       and t.id = coalesce(`,
     tests: ['test/tasks/cancel.test.ts', 'test/tenants/isolation.test.ts'],
   },
   {
@@ -499,12 +499,10 @@ export const mutants: Mutant[] = [
     file: SCHEDULES,
     statement: 'schedules_cancel_pending_occurrences',
     guard: 'the tenant filter',
-    find: `where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id
-     and \${NOT_STARTED}
-   returning t.id`,
-    replace: `where $2::text is not null and s.name = $3::text and t.schedule_id = s.id
-     and \${NOT_STARTED}
-   returning t.id`,
+    find: `where s.tenant = $2::text and s.name = $3::text and \${NOT_STARTED}
+     for update of t`,
+    replace: `where $2::text is not null and s.name = $3::text and \${NOT_STARTED}
+     for update of t`,
     tests: ['test/tenants/isolation.test.ts'],
   },
   {
@@ -512,12 +510,10 @@ export const mutants: Mutant[] = [
     file: SCHEDULES,
     statement: 'schedules_cancel_pending_occurrences',
     guard: 'started_at is null (a running occurrence is left to finish)',
-    find: `and t.schedule_id = s.id
-     and \${NOT_STARTED}
-   returning t.id`,
-    replace: `and t.schedule_id = s.id
-     and t.status in ('scheduled', 'queued', 'running')
-   returning t.id`,
+    find: `and s.name = $3::text and \${NOT_STARTED}
+     for update of t`,
+    replace: `and s.name = $3::text and t.status in ('scheduled', 'queued', 'running')
+     for update of t`,
     tests: ['test/schedules/api.test.ts'],
   },
   {
@@ -573,8 +569,8 @@ export const mutants: Mutant[] = [
     file: ENQUEUE,
     statement: 'tasks_insert_batch',
     guard: 'maxPendingTasks counts only this tenant',
-    find: `where p.tenant = $2::text and p.status in ('scheduled', 'queued', 'running')`,
-    replace: `where $2::text is not null and p.status in ('scheduled', 'queued', 'running')`,
+    find: `from tenant_pending_counts c where c.tenant = $2::text)::bigint`,
+    replace: `from tenant_pending_counts c where $2::text is not null)::bigint`,
     tests: ['test/tenants/quotas.test.ts'],
   },
   {
@@ -1048,21 +1044,12 @@ export const mutants: Mutant[] = [
     tests: ['test/tenants/quotas.test.ts'],
   },
   {
-    id: 'quota-pending-live-only',
-    file: ENQUEUE,
-    statement: 'tasks_insert_batch (pending_quota)',
-    guard: 'finished tasks free room',
-    find: `where p.tenant = $2::text and p.status in ('scheduled', 'queued', 'running')`,
-    replace: `where p.tenant = $2::text and p.status is not null`,
-    tests: ['test/tenants/quotas.test.ts'],
-  },
-  {
-    id: 'quota-pending-running',
-    file: ENQUEUE,
-    statement: 'tasks_insert_batch (pending_quota)',
-    guard: 'running tasks count as pending',
-    find: `where p.tenant = $2::text and p.status in ('scheduled', 'queued', 'running')`,
-    replace: `where p.tenant = $2::text and p.status in ('scheduled', 'queued')`,
+    id: 'quota-pending-finish',
+    file: FENCE,
+    statement: 'tasks_finish_if_running (pending_counted)',
+    guard: 'finished tasks free room (the finish counts its terminal tasks out of pending)',
+    find: `(select tenant from finished where status in ('succeeded', 'dead'))`,
+    replace: `(select tenant from finished where false)`,
     tests: ['test/tenants/quotas.test.ts'],
   },
   {
@@ -1612,11 +1599,282 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'free-slot-ledger',
-    file: 'migrations/0018_rate_limits.sql',
-    statement: 'concurrency_slots_free (trigger of 0016)',
+    file: 'migrations/0020_slot_frees_in_statements.sql',
+    statement: 'concurrency_slots_free',
     guard: 'a task leaving running records its free',
     find: `insert into concurrency_frees (tenant, key, n) values (p_tenant, p_key, n);`,
     replace: `perform 1;`,
     tests: ['test/tasks/concurrency.test.ts'],
+  },
+
+  // Slots freed by the statements that take a task out of running (migration 0020, freeSlotsOf).
+  {
+    id: 'free-slots-release',
+    file: DISPATCH,
+    statement: 'tasks_release_if_undispatched',
+    guard: 'a claim given back frees its slot',
+    find: `\${freeSlotsOf('released')}`,
+    replace: `\${freeSlotsOf('(select * from released where false)')}`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-start-paused',
+    file: FENCE,
+    statement: 'tasks_start_if_claimed',
+    guard: 'a start refused for a paused queue frees its slot',
+    find: `select tenant, concurrency_key from refused union all`,
+    replace: `select tenant, concurrency_key from refused where false union all`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-start-rate',
+    file: FENCE,
+    statement: 'tasks_start_if_claimed',
+    guard: 'a start refused over its rate frees its slot',
+    find: `union all select tenant, concurrency_key from rate_refused)`,
+    replace: `union all select tenant, concurrency_key from rate_refused where false)`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-finish',
+    file: FENCE,
+    statement: 'tasks_finish_if_running',
+    guard: 'a finish frees its slot',
+    find: `\${freeSlotsOf('finished')}`,
+    replace: `\${freeSlotsOf('(select * from finished where false)')}`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-reap',
+    file: MAINTENANCE,
+    statement: 'tasks_reap_expired',
+    guard: 'a lease reaped frees its slot',
+    find: `\${freeSlotsOf('reaped')}`,
+    replace: `\${freeSlotsOf('(select * from reaped where false)')}`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-cancel',
+    file: TASK_READS,
+    statement: 'tasks_cancel_if_not_started',
+    guard: 'a cancel frees the slot of a task claimed early',
+    find: `(select x.tenant, x.concurrency_key from target x where x.status = 'running')`,
+    replace: `(select x.tenant, x.concurrency_key from target x where false)`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-cancel-running-only',
+    file: TASK_READS,
+    statement: 'tasks_cancel_if_not_started',
+    guard: 'only a task that was running (claimed early) had a slot to free',
+    find: `(select x.tenant, x.concurrency_key from target x where x.status = 'running')`,
+    replace: `(select x.tenant, x.concurrency_key from target x where true)`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-bulk-cancel',
+    file: 'src/db/sql/bulkCancel.ts',
+    statement: 'tasks_cancel_matching_if_not_started',
+    guard: 'a bulk cancel frees the slots of the tasks claimed early',
+    find: `join cancelled c on c.id = p.id where p.status = 'running')`,
+    replace: `join cancelled c on c.id = p.id where false)`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-bulk-cancel-running-only',
+    file: 'src/db/sql/bulkCancel.ts',
+    statement: 'tasks_cancel_matching_if_not_started',
+    guard: 'only the tasks that were running (claimed early) had slots to free',
+    find: `join cancelled c on c.id = p.id where p.status = 'running')`,
+    replace: `join cancelled c on c.id = p.id where true)`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-enqueue-claim-undone',
+    file: ENQUEUE,
+    statement: 'tasks_insert_batch',
+    guard: 'a reschedule by key undoing an early claim frees its slot',
+    find: `then concurrency_slots_free(t.tenant, t.concurrency_key, 1, $14::text[]) = 0`,
+    replace: `then $14::text[] is null`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-spare-batch-keys',
+    file: 'migrations/0020_slot_frees_in_statements.sql',
+    statement: 'concurrency_slots_free (from tasks_insert_batch)',
+    guard: "the enqueue's wake spares the tasks of the batch's keys (a row rewritten twice in one statement)",
+    find: `and (spare_keys is null or p.idempotency_key is null
+                          or p.idempotency_key <> all (array_remove(spare_keys, null)))`,
+    replace: `and true`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-schedule-pause-withdrawn',
+    file: SCHEDULES,
+    statement: 'schedules_pause_withdraw_occurrences',
+    guard: 'occurrences withdrawn by a pause free their slots',
+    find: `(select w.tenant, w.concurrency_key from withdrawn w where w.status = 'running'
+                    union all`,
+    replace: `(select w.tenant, w.concurrency_key from withdrawn w where false
+                    union all`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-schedule-pause-withdrawn-running-only',
+    file: SCHEDULES,
+    statement: 'schedules_pause_withdraw_occurrences',
+    guard: 'only the withdrawn occurrences that were running (claimed early) had slots',
+    find: `(select w.tenant, w.concurrency_key from withdrawn w where w.status = 'running'
+                    union all`,
+    replace: `(select w.tenant, w.concurrency_key from withdrawn w where true
+                    union all`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-schedule-pause-cancelled',
+    file: SCHEDULES,
+    statement: 'schedules_pause_withdraw_occurrences',
+    guard: 'due occurrences cancelled by a pause free their slots',
+    find: `select d.tenant, d.concurrency_key from due d join cancelled c on c.id = d.id where d.status = 'running')`,
+    replace: `select d.tenant, d.concurrency_key from due d join cancelled c on c.id = d.id where false)`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-schedule-withdraw',
+    file: SCHEDULES,
+    statement: 'schedules_withdraw_planned_if_not_started',
+    guard: 'occurrences withdrawn by a replacement free their slots',
+    find: `(select w.tenant, w.concurrency_key from withdrawn w where w.status = 'running')`,
+    replace: `(select w.tenant, w.concurrency_key from withdrawn w where false)`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'free-slots-schedule-cancel-pending',
+    file: SCHEDULES,
+    statement: 'schedules_cancel_pending_occurrences',
+    guard: 'occurrences cancelled by a delete free their slots',
+    find: `(select p.tenant, p.concurrency_key from pending p join cancelled c on c.id = p.id where p.status = 'running')`,
+    replace: `(select p.tenant, p.concurrency_key from pending p join cancelled c on c.id = p.id where false)`,
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+
+  // The tenants' pending counts (migration 0021, countPendingOf): every statement
+  // into or out of pending keeps them; maxPendingTasks reads them.
+  {
+    id: 'pending-count-enqueue',
+    file: ENQUEUE,
+    statement: 'tasks_insert_batch, tasks_insert_batch_plain',
+    guard: 'an enqueue counts the tasks it created',
+    find: `'(select $2::text as tenant from written w where w.created)'`,
+    replace: `'(select $2::text as tenant from written w where false)'`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'pending-count-enqueue-created-only',
+    file: ENQUEUE,
+    statement: 'tasks_insert_batch',
+    guard: 'a reschedule or deduplication by key adds nothing',
+    find: `'(select $2::text as tenant from written w where w.created)'`,
+    replace: `'(select $2::text as tenant from written w)'`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'pending-count-replay',
+    file: 'src/db/sql/replay.ts',
+    statement: 'tasks_replay_terminal',
+    guard: 'a replay counts the tasks it created',
+    find: `\${countPendingOf('pending_counted', '+', 'written')}`,
+    replace: `\${countPendingOf('pending_counted', '+', '(select * from written where false)')}`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'pending-count-trigger',
+    file: 'src/db/sql/trigger.ts',
+    statement: 'schedules_trigger_occurrence',
+    guard: 'a trigger counts its occurrence',
+    find: `\${countPendingOf('pending_counted', '+', 'written')}`,
+    replace: `\${countPendingOf('pending_counted', '+', '(select * from written where false)')}`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'pending-count-materialize',
+    file: SCHEDULES,
+    statement: 'schedules_fire_occurrences',
+    guard: 'occurrences materialized count (missed ones do not)',
+    find: `"(select tenant from inserted where status <> 'missed')"`,
+    replace: `"(select tenant from inserted where false)"`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'pending-count-materialize-missed',
+    file: SCHEDULES,
+    statement: 'schedules_fire_occurrences',
+    guard: 'a missed occurrence is born finished and never counts',
+    find: `"(select tenant from inserted where status <> 'missed')"`,
+    replace: `"(select tenant from inserted)"`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'pending-count-finish-retry',
+    file: FENCE,
+    statement: 'tasks_finish_if_running (pending_counted)',
+    guard: 'a failure retried stays pending',
+    find: `(select tenant from finished where status in ('succeeded', 'dead'))`,
+    replace: `(select tenant from finished)`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'pending-count-reap',
+    file: MAINTENANCE,
+    statement: 'tasks_reap_expired',
+    guard: 'a lease reaped with no attempt left counts out',
+    find: `"(select tenant from reaped where next_status = 'dead')"`,
+    replace: `"(select tenant from reaped where false)"`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'pending-count-cancel',
+    file: TASK_READS,
+    statement: 'tasks_cancel_if_not_started',
+    guard: 'a cancel counts out',
+    find: `\${countPendingOf('pending_counted', '-', 'cancelled')}`,
+    replace: `\${countPendingOf('pending_counted', '-', '(select * from cancelled where false)')}`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'pending-count-bulk-cancel',
+    file: 'src/db/sql/bulkCancel.ts',
+    statement: 'tasks_cancel_matching_if_not_started',
+    guard: 'a bulk cancel counts out',
+    find: `\${countPendingOf('pending_counted', '-', 'cancelled')}`,
+    replace: `\${countPendingOf('pending_counted', '-', '(select * from cancelled where false)')}`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'pending-count-schedule-pause',
+    file: SCHEDULES,
+    statement: 'schedules_pause_withdraw_occurrences',
+    guard: 'a pause counts out what it withdraws and cancels',
+    find: `'(select tenant from withdrawn union all select tenant from cancelled)'`,
+    replace: `'(select tenant from withdrawn where false union all select tenant from cancelled where false)'`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'pending-count-schedule-withdraw',
+    file: SCHEDULES,
+    statement: 'schedules_withdraw_planned_if_not_started',
+    guard: 'a replacement counts out what it withdraws',
+    find: `\${countPendingOf('pending_counted', '-', 'withdrawn')}`,
+    replace: `\${countPendingOf('pending_counted', '-', '(select * from withdrawn where false)')}`,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
+    id: 'pending-count-schedule-cancel-pending',
+    file: SCHEDULES,
+    statement: 'schedules_cancel_pending_occurrences',
+    guard: 'a delete counts out the occurrences it cancels',
+    find: `\${countPendingOf('pending_counted', '-', 'cancelled')}`,
+    replace: `\${countPendingOf('pending_counted', '-', '(select * from cancelled where false)')}`,
+    tests: ['test/tenants/quotas.test.ts'],
   },
 ];

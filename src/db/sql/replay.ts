@@ -17,6 +17,7 @@
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT, pendingQuotaOf } from './tasks-enqueue.ts';
+import { countPendingOf } from './tasks-shared.ts';
 import { TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
 
 type Now = Date | null | undefined;
@@ -93,18 +94,22 @@ const tasksReplayTerminal = sql(
      where pending_quota.ok
    ),
    ${KNOWN_QUEUES_OF_INPUT},
-   ${FAIR_VTIME_OF_INPUT}
-   insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
-                           backoff_max_ms, timeout_ms, delivery, vtime, replay_of, created_at, updated_at,
-                           concurrency_key, concurrency_limit, priority, callback, rate_key, rate_limit, rate_period_seconds)
-   select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
-          r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
-          r.vtime, r.id, clock.now, clock.now, r.concurrency_key, r.concurrency_limit, r.priority, r.callback,
-          r.rate_key, r.rate_limit, r.rate_period_seconds
-   from rows r, clock
-   order by r.id
-   on conflict (replay_of) where replay_of is not null do nothing
-   returning ${TASK_COLUMNS_T}`,
+   ${FAIR_VTIME_OF_INPUT},
+   written as (
+     insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
+                             backoff_max_ms, timeout_ms, delivery, vtime, replay_of, created_at, updated_at,
+                             concurrency_key, concurrency_limit, priority, callback, rate_key, rate_limit, rate_period_seconds)
+     select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
+            r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
+            r.vtime, r.id, clock.now, clock.now, r.concurrency_key, r.concurrency_limit, r.priority, r.callback,
+            r.rate_key, r.rate_limit, r.rate_period_seconds
+     from rows r, clock
+     order by r.id
+     on conflict (replay_of) where replay_of is not null do nothing
+     returning ${TASK_COLUMNS_T}
+   ),
+   ${countPendingOf('pending_counted', '+', 'written')}
+   select * from written`,
 );
 
 export async function replayTerminalTasks(

@@ -3,8 +3,9 @@
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from './scheduleRows.ts';
-import { NOT_STARTED } from './tasks-shared.ts';
-import { shownStatusSql, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
+import { freeSlotsOf } from './concurrency.ts';
+import { countPendingOf, NOT_STARTED } from './tasks-shared.ts';
+import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
 
 type Now = Date | null | undefined;
 const at = (now: Now) => now ?? null;
@@ -127,22 +128,34 @@ const schedulesPause = sql(
    withdrawn as (
      delete from tasks t using target, clock
      where t.schedule_id = target.id and t.scheduled_for > clock.now and ${NOT_STARTED}
-     returning t.id, t.scheduled_for
+     returning t.id, t.scheduled_for, t.status, t.tenant, t.concurrency_key
    ),
    withdrawn_attempts as (
      delete from task_attempts a using withdrawn w where a.task_id = w.id
    ),
+   -- Locked first, so the status read is the one the cancel replaces.
+   due as (
+     select t.id, t.status, t.tenant, t.concurrency_key from tasks t, target, clock
+     where t.schedule_id = target.id and t.scheduled_for <= clock.now and ${NOT_STARTED}
+     for update of t
+   ),
    cancelled as (
      update tasks t set status = 'cancelled', finished_at = clock.now, lease_expires_at = null, updated_at = clock.now
-     from target, clock
-     where t.schedule_id = target.id and t.scheduled_for <= clock.now and ${NOT_STARTED}
-     returning t.id
-   )
+     from due, clock
+     where t.id = due.id
+     returning t.id, t.tenant
+   ),
+   -- One write per row of the counts: two inserts of one row in one statement fail.
+   ${countPendingOf('pending_counted', '-', '(select tenant from withdrawn union all select tenant from cancelled)')},
+   -- Occurrences claimed early give their slots back.
+   ${freeSlotsOf(`(select w.tenant, w.concurrency_key from withdrawn w where w.status = 'running'
+                    union all
+                    select d.tenant, d.concurrency_key from due d join cancelled c on c.id = d.id where d.status = 'running')`)}
    update schedules s set
      enabled = false,
      next_run_at = least(s.next_run_at, (select min(scheduled_for) from withdrawn)),
      updated_at = clock.now
-   from target, clock
+   from target, clock, slots_freed
    where s.id = target.id
    returning ${SCHEDULE_COLUMNS.split(',').map((c) => `s.${c.trim()}`).join(', ')},
              (select count(*) from withdrawn)::int as withdrawn, (select count(*) from cancelled)::int as cancelled`,
@@ -170,12 +183,15 @@ const schedulesWithdrawPlanned = sql(
    delete from tasks t using schedules s
    where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id
      and t.scheduled_for > coalesce($1::timestamptz, now()) and ${NOT_STARTED}
-   returning t.id
+   returning t.id, t.status, t.tenant, t.concurrency_key
    ),
    withdrawn_attempts as (
      delete from task_attempts a using withdrawn w where a.task_id = w.id
-   )
-   select id from withdrawn`,
+   ),
+   ${countPendingOf('pending_counted', '-', 'withdrawn')},
+   -- Occurrences claimed early give their slots back.
+   ${freeSlotsOf(`(select w.tenant, w.concurrency_key from withdrawn w where w.status = 'running')`)}
+   select w.id from withdrawn w cross join slots_freed`,
 );
 
 export async function withdrawPlannedOccurrences(q: Queryable, p: { now?: Now; tenant: string; name: string }): Promise<number> {
@@ -205,12 +221,23 @@ export async function setScheduleEnabled(
  */
 const schedulesCancelPending = sql(
   'schedules_cancel_pending_occurrences',
-  `update tasks t set status = 'cancelled', finished_at = coalesce($1::timestamptz, now()),
-                      lease_expires_at = null, updated_at = coalesce($1::timestamptz, now())
-   from schedules s
-   where s.tenant = $2::text and s.name = $3::text and t.schedule_id = s.id
-     and ${NOT_STARTED}
-   returning t.id`,
+  `with pending as (
+     -- Locked first, so the status read is the one the cancel replaces.
+     select t.id, t.status, t.tenant, t.concurrency_key from tasks t join schedules s on t.schedule_id = s.id
+     where s.tenant = $2::text and s.name = $3::text and ${NOT_STARTED}
+     for update of t
+   ),
+   cancelled as (
+     update tasks t set status = 'cancelled', finished_at = coalesce($1::timestamptz, now()),
+                        lease_expires_at = null, updated_at = coalesce($1::timestamptz, now())
+     from pending p
+     where t.id = p.id
+     returning t.id, t.tenant
+   ),
+   ${countPendingOf('pending_counted', '-', 'cancelled')},
+   -- Occurrences claimed early give their slots back.
+   ${freeSlotsOf(`(select p.tenant, p.concurrency_key from pending p join cancelled c on c.id = p.id where p.status = 'running')`)}
+   select c.id from cancelled c cross join slots_freed`,
 );
 
 export async function cancelPendingOccurrences(q: Queryable, p: { now?: Now; tenant: string; name: string }): Promise<number> {
@@ -342,8 +369,10 @@ const schedulesFireOccurrences = sql(
      from occ o join schedules s on s.id = o.schedule_id, clock
      order by o.scheduled_for
      on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing
-     returning status
+     returning status, tenant
    ),
+   -- A missed occurrence is born finished.
+   ${countPendingOf('pending_counted', '+', "(select tenant from inserted where status <> 'missed')")},
    advanced as (
      update schedules s set next_run_at = u.next_run_at,
                             last_fired_at = coalesce(u.last_fired_at, s.last_fired_at),

@@ -3,6 +3,7 @@
 // concurrency key. Conventions: tasks-shared.ts.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
+import { freeSlotsOf } from './concurrency.ts';
 import { at, lostFromRow, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
 
 /** Queues that are not paused and hold runnable work. */
@@ -53,7 +54,7 @@ export interface ClaimedTask {
  * `max_running`. Within a key the lowest vtimes get the granted slots; the
  * rest are `parked` (out of the runnable index: later claims never re-read
  * them, and the batch's other keys and tenants are claimed in the same
- * statement). A freed slot wakes a parked task (migration 0016's trigger).
+ * statement). A freed slot wakes a parked task (freeSlotsOf).
  *
  * Rate limits (issue 16, `rate_lines`, migration 0018): each rate-limited
  * task of the batch is reserved a start on its key's claim line (GCRA
@@ -284,7 +285,8 @@ export async function claimTasks(
  * The safety net of the wake-ups (issue 16): makes parked tasks runnable
  * again where their key has free slots, at most that many per key, lowest
  * vtime first. A freed slot wakes one parked task in its own statement
- * (migration 0016's trigger); this covers a raised limit and a wake that
+ * (freeSlotsOf, and the enqueue's ON CONFLICT); this covers a raised limit, the
+ * tasks an enqueue's wake spared, and a wake that
  * skipped a locked row. Waking too many is harmless: the claim parks what
  * finds no slot. Reads the slot rows without locking them; locks the woken
  * tasks with SKIP LOCKED.
@@ -366,13 +368,17 @@ export async function markDispatched(
  */
 const tasksReleaseUndispatched = sql(
   'tasks_release_if_undispatched',
-  `update tasks t set status = 'queued', attempts = t.attempts - 1, lease_expires_at = null,
-                      updated_at = coalesce($1::timestamptz, now())
-   from unnest($2::bigint[], $3::bigint[]) as c(id, epoch)
-   where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
-     and t.dispatched_at is null and t.started_at is null
-     and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)
-   returning t.id`,
+  `with released as (
+     update tasks t set status = 'queued', attempts = t.attempts - 1, lease_expires_at = null,
+                        updated_at = coalesce($1::timestamptz, now())
+     from unnest($2::bigint[], $3::bigint[]) as c(id, epoch)
+     where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
+       and t.dispatched_at is null and t.started_at is null
+       and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)
+     returning t.id, t.tenant, t.concurrency_key
+   ),
+   ${freeSlotsOf('released')}
+   select r.id from released r cross join slots_freed`,
 );
 
 export async function releaseIfUndispatched(

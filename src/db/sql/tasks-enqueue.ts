@@ -5,7 +5,7 @@ import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { taskFromRow, type Delivery, type Task, type TaskCallback, type TaskRow, type TaskStatus } from './taskRows.ts';
-import { at, CLAIMED_NOT_STARTED, NOT_STARTED, TASK_COLUMNS_T, type Now } from './tasks-shared.ts';
+import { at, CLAIMED_NOT_STARTED, countPendingOf, NOT_STARTED, TASK_COLUMNS_T, type Now } from './tasks-shared.ts';
 
 export interface NewTask {
   queue: string;
@@ -59,13 +59,14 @@ export interface WrittenTask extends Task {
  * a purge committing meanwhile.
  *
  * Quota (maxPendingTasks, guard `pending_quota`): the tenant's pending tasks
- * are counted in this same statement, index-only (tasks_pending_tenant_idx)
- * and only up to the limit, against the tasks the batch would create (a key
- * the tenant already holds only reschedules or deduplicates). Over the limit,
- * tasks_refuse_over_pending_quota raises TQ002 and the whole batch is
- * refused. It reads without locking: concurrent enqueues of one tenant do not
- * see each other's uncommitted rows, so together they may overshoot the limit
- * by at most what all but one of them add (README, Quotas).
+ * (the sum of its pending counts, migration 0021: at most 16 rows) against
+ * the tasks the batch would create (a key the tenant already holds only
+ * reschedules or deduplicates); the batch adds the tasks it created to the
+ * count. Over the limit, tasks_refuse_over_pending_quota raises TQ002 and the
+ * whole batch is refused. It reads without locking: concurrent enqueues of
+ * one tenant do not see each other's uncommitted counts, so together they may
+ * overshoot the limit by at most what all but one of them add (README,
+ * Quotas).
  *
  * Concurrency keys (issue 16, guard `slot_limits`): the batch writes each
  * key's limit to its concurrency_slots row (the last item of the batch with
@@ -128,7 +129,9 @@ export const FAIR_VTIME_OF_INPUT = `runnable_counts as (
  * expression counting the tasks the statement would create. The statement
  * must read `pending_quota.ok` before it inserts (a CTE nobody reads never
  * runs): over the limit, tasks_refuse_over_pending_quota raises TQ002 and the
- * whole statement is refused (429 quota_exceeded).
+ * whole statement is refused (429 quota_exceeded). The tenant's pending tasks
+ * are the sum of its pending counts (migration 0021): a constant cost, however
+ * many it holds. The statement adds what it creates (countPendingOf).
  */
 export const pendingQuotaOf = (defaultMax: string, adding: string) => `quota as (
      select coalesce((select max_pending_tasks from tenant_quotas where tenant = $2::text), ${defaultMax}) as max_pending
@@ -136,16 +139,16 @@ export const pendingQuotaOf = (defaultMax: string, adding: string) => `quota as 
    pending_quota as (
      select tasks_refuse_over_pending_quota(
               $2::text,
-              (select count(*) from (
-                 select 1 from tasks p
-                 where p.tenant = $2::text and p.status in ('scheduled', 'queued', 'running')
-                 limit (select max_pending from quota)) counted),
+              (select coalesce(sum(c.n), 0) from tenant_pending_counts c where c.tenant = $2::text)::bigint,
               ${adding},
               (select max_pending from quota)) as ok
    )`;
 
-/** The insert shared by both enqueue statements, up to its conflict clause. */
-const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as now),
+/**
+ * The statement shared by both enqueue statements, around the insert's
+ * conflict clause and RETURNING list (`tail`, which must return `created`).
+ */
+const insertBatch = (tail: string) => `with clock as (select coalesce($1::timestamptz, now()) as now),
    ${pendingQuotaOf(
      '$15::int',
      `(select count(*) from unnest($14::text[]) k(key)
@@ -173,22 +176,27 @@ const INSERT_BATCH = `with clock as (select coalesce($1::timestamptz, now()) as 
      order by i.concurrency_key, i.ord desc
      on conflict (tenant, key) do update set max_running = excluded.max_running, updated_at = now()
    ),
-   ${FAIR_VTIME_OF_INPUT}
-   insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
-                           backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at,
-                           traceparent, tracestate, concurrency_key, concurrency_limit, priority, callback,
-                           rate_key, rate_limit, rate_period_seconds)
-   select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
-          r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
-          r.idempotency_key, r.vtime, clock.now, clock.now, $16::text, $17::text,
-          r.concurrency_key, r.concurrency_limit, r.priority, r.callback, r.rate_key, r.rate_limit, r.rate_period_seconds
-   from rows r, clock
-   order by r.ord
-`;
+   ${FAIR_VTIME_OF_INPUT},
+   written as (
+     insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
+                             backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at,
+                             traceparent, tracestate, concurrency_key, concurrency_limit, priority, callback,
+                             rate_key, rate_limit, rate_period_seconds)
+     select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
+            r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
+            r.idempotency_key, r.vtime, clock.now, clock.now, $16::text, $17::text,
+            r.concurrency_key, r.concurrency_limit, r.priority, r.callback, r.rate_key, r.rate_limit, r.rate_period_seconds
+     from rows r, clock
+     order by r.ord
+     ${tail}
+   ),
+   -- Only the tasks created are new pending work (a key held reschedules or deduplicates).
+   ${countPendingOf('pending_counted', '+', '(select $2::text as tenant from written w where w.created)')}
+   select * from written`;
 
 const tasksInsertBatch = sql(
   'tasks_insert_batch',
-  `${INSERT_BATCH}   on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
+  insertBatch(`on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
      -- Guard: the key's task type and queue never change (TQ003, 409, the whole batch refused).
      task       = tasks_keep_task_type_of_key(t.idempotency_key, t.task, t.queue, excluded.task, excluded.queue),
      payload    = case when ${NOT_STARTED} then excluded.payload else t.payload end,
@@ -196,15 +204,19 @@ const tasksInsertBatch = sql(
      vtime      = case when not ${NOT_STARTED} then t.vtime
                        when excluded.status = 'queued' then coalesce(t.vtime, excluded.vtime) end,
      status     = case when ${NOT_STARTED} then excluded.status else t.status end,
-     -- A waiting task takes the new flow control and is runnable again (an
-     -- early claim undone frees its old key's slot through the trigger).
+     -- A waiting task takes the new flow control and is runnable again.
      concurrency_key   = case when ${NOT_STARTED} then excluded.concurrency_key else t.concurrency_key end,
      concurrency_limit = case when ${NOT_STARTED} then excluded.concurrency_limit else t.concurrency_limit end,
      priority   = case when ${NOT_STARTED} then excluded.priority else t.priority end,
      rate_key   = case when ${NOT_STARTED} then excluded.rate_key else t.rate_key end,
      rate_limit = case when ${NOT_STARTED} then excluded.rate_limit else t.rate_limit end,
      rate_period_seconds = case when ${NOT_STARTED} then excluded.rate_period_seconds else t.rate_period_seconds end,
-     parked     = case when ${NOT_STARTED} then false else t.parked end,
+     -- An early claim undone gives its old key's slot back, here, where \`t\`
+     -- is the locked row as it was (the call returns the slots freed: the
+     -- task is not parked). The wake spares the tasks of the batch's keys.
+     parked     = case when ${CLAIMED_NOT_STARTED} and t.concurrency_key is not null
+                       then concurrency_slots_free(t.tenant, t.concurrency_key, 1, $14::text[]) = 0
+                       when ${NOT_STARTED} then false else t.parked end,
      -- reschedule_if_claimed_not_started: undo the early claim.
      lease_epoch      = case when ${CLAIMED_NOT_STARTED} then t.lease_epoch + 1 else t.lease_epoch end,
      attempts         = case when ${CLAIMED_NOT_STARTED} then t.attempts - 1 else t.attempts end,
@@ -214,7 +226,7 @@ const tasksInsertBatch = sql(
    -- A created row's payload is the caller's own: sending 1,000 of them back
    -- cost about a third of the statement, so only existing rows return it.
    returning ${TASK_COLUMNS_T.replace('t.payload', 'case when t.xmax = 0 then null else t.payload end as payload')},
-             (t.xmax = 0) as created`,
+             (t.xmax = 0) as created`),
 );
 
 /**
@@ -225,7 +237,7 @@ const tasksInsertBatch = sql(
  */
 const tasksInsertBatchPlain = sql(
   'tasks_insert_batch_plain',
-  `${INSERT_BATCH}   returning t.id, t.status, t.run_at, t.created_at`,
+  insertBatch('returning t.id, t.status, t.run_at, t.created_at, true as created'),
 );
 
 /** One result per input, in input order; null where the key was spent and its task already purged. */

@@ -4,7 +4,17 @@ import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { taskFromRow, type Task, type TaskRow, type TaskStatus } from './taskRows.ts';
-import { at, lostFromRow, TASK_COLUMNS_NULLS_BUT_ID, TASK_COLUMNS_T, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
+import { freeSlotsOf } from './concurrency.ts';
+import {
+  at,
+  countPendingOf,
+  lostFromRow,
+  TASK_COLUMNS_NULLS_BUT_ID,
+  TASK_COLUMNS_T,
+  type LostFence,
+  type LostRow,
+  type Now,
+} from './tasks-shared.ts';
 
 /**
  * The fenced start lets a rate-limited task wait this long for its key's
@@ -136,7 +146,7 @@ const tasksStartIfClaimed = sql(
      where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null
        and exists (select 1 from queues q where q.name = t.queue and q.paused)
-     returning t.id
+     returning t.id, t.tenant, t.concurrency_key
    ),
    -- refuse_over_rate: a start the line would push past the wait budget goes
    -- back queued with its vtime, the attempt refunded, run_at moved to when
@@ -152,8 +162,10 @@ const tasksStartIfClaimed = sql(
      from rate_decided rd join msg on msg.id = rd.id, clock
      where t.id = any($2::bigint[]) and t.id = rd.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null and rd.over
-     returning t.id
+     returning t.id, t.tenant, t.concurrency_key
    ),
+   -- Both refusals give the slot back (the task waits again).
+   ${freeSlotsOf('(select tenant, concurrency_key from refused union all select tenant, concurrency_key from rate_refused)')},
    started as (
      update tasks t set
        -- A rate-limited start takes its place on the key's line: up to $5 s
@@ -204,7 +216,7 @@ const tasksStartIfClaimed = sql(
                when rr.id is not null then 'rate_limited'
                when cur.lease_epoch = m.epoch and cur.status = 'running' and cur.started_at is null and cur.run_at > clock.now
                then 'early' end
-   from msg m cross join clock left join tasks cur on cur.id = m.id left join refused r on r.id = m.id
+   from msg m cross join clock cross join slots_freed left join tasks cur on cur.id = m.id left join refused r on r.id = m.id
         left join rate_refused rr on rr.id = m.id
    where m.id not in (select id from started)`,
 );
@@ -309,8 +321,10 @@ const tasksFinishIfRunning = sql(
      from decided d, clock
      where t.id = any($2::bigint[]) and t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'
      returning t.id, t.status, t.run_at, d.attempts, d.epoch, d.outcome, d.timed_out, d.attempt_started_at,
-               d.error_name, d.error_message, d.http_status, clock.now
+               d.error_name, d.error_message, d.http_status, clock.now, t.tenant, t.concurrency_key
    ),
+   ${freeSlotsOf('finished')},
+   ${countPendingOf('pending_counted', '-', "(select tenant from finished where status in ('succeeded', 'dead'))")},
    -- Attempt history (migration 0017): one row per finish applied (the
    -- update's own rows, no join), none for a result that lost its fence.
    attempts_written as (
@@ -321,7 +335,7 @@ const tasksFinishIfRunning = sql(
      from finished f
    )
    select f.id, null::bigint as epoch, f.status, f.run_at, null::bigint as current_epoch, null::text as current_status
-   from finished f
+   from finished f cross join slots_freed
    union all
    select r.id, r.epoch, null, null, cur.lease_epoch, cur.status
    from res r left join tasks cur on cur.id = r.id

@@ -2,8 +2,9 @@
 // leases, purge finished tasks past retention. Conventions: tasks-shared.ts.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
+import { freeSlotsOf } from './concurrency.ts';
 import { FAIR_VTIME_OF_INPUT } from './tasks-enqueue.ts';
-import { at, type Now } from './tasks-shared.ts';
+import { at, countPendingOf, type Now } from './tasks-shared.ts';
 
 /**
  * Makes due `scheduled` tasks runnable: locks a bounded batch (SKIP LOCKED, so
@@ -99,8 +100,11 @@ const tasksReapExpired = sql(
      updated_at = clock.now
    from expired e, clock
    where t.id = e.id
-   returning e.next_status, t.id, t.last_error, e.attempt, e.lease_epoch, e.attempt_started_at, clock.now
+   returning e.next_status, t.id, t.last_error, e.attempt, e.lease_epoch, e.attempt_started_at, clock.now,
+             t.tenant, t.concurrency_key
    ),
+   ${freeSlotsOf('reaped')},
+   ${countPendingOf('pending_counted', '-', "(select tenant from reaped where next_status = 'dead')")},
    -- Attempt history (migration 0017): an attempt handed off and never
    -- reported is \`lease_expired\`; a claim given back (queued) was no attempt.
    attempts_written as (
@@ -109,7 +113,7 @@ const tasksReapExpired = sql(
      from reaped r
      where r.next_status <> 'queued'
    )
-   select next_status from reaped`,
+   select r.next_status from reaped r cross join slots_freed`,
 );
 
 export async function reapExpiredLeases(

@@ -3,7 +3,8 @@
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
-import { at, NOT_STARTED, type Now } from './tasks-shared.ts';
+import { freeSlotsOf } from './concurrency.ts';
+import { at, countPendingOf, NOT_STARTED, TASK_COLUMNS_T, type Now } from './tasks-shared.ts';
 
 // Reads and cancel, always scoped by tenant
 
@@ -31,12 +32,25 @@ export async function getTaskByKey(q: Queryable, tenant: string, key: string): P
  */
 const tasksCancelIfNotStarted = sql(
   'tasks_cancel_if_not_started',
-  `update tasks t set status = 'cancelled', finished_at = coalesce($1::timestamptz, now()),
-                      lease_expires_at = null, updated_at = coalesce($1::timestamptz, now())
-   where t.tenant = $2::text
-     and t.id = coalesce($3::bigint, (select id from tasks where tenant = $2::text and idempotency_key = $4::text))
-     and ${NOT_STARTED}
-   returning ${TASK_COLUMNS}`,
+  `with target as (
+     -- Locked first, so the status read is the one the cancel replaces.
+     select t.id, t.status, t.tenant, t.concurrency_key from tasks t
+     where t.tenant = $2::text
+       and t.id = coalesce($3::bigint, (select id from tasks where tenant = $2::text and idempotency_key = $4::text))
+       and ${NOT_STARTED}
+     for update of t
+   ),
+   cancelled as (
+     update tasks t set status = 'cancelled', finished_at = coalesce($1::timestamptz, now()),
+                        lease_expires_at = null, updated_at = coalesce($1::timestamptz, now())
+     from target x
+     where t.id = x.id
+     returning ${TASK_COLUMNS_T}
+   ),
+   ${countPendingOf('pending_counted', '-', 'cancelled')},
+   -- A task claimed early gives its slot back.
+   ${freeSlotsOf(`(select x.tenant, x.concurrency_key from target x where x.status = 'running')`)}
+   select c.* from cancelled c cross join slots_freed`,
 );
 
 export async function cancelTaskIfNotStarted(

@@ -42,6 +42,23 @@ export const CLAIMED_NOT_STARTED = `(t.status = 'running' and t.started_at is nu
 export const NOT_STARTED = `(t.status in ('scheduled', 'queued') or ${CLAIMED_NOT_STARTED})`;
 
 /** Fills the task columns of a UNION branch that reports a lost fence (by id only). */
+/**
+ * Keeps the tenants' pending counts (migration 0021; maxPendingTasks reads
+ * them) by the rows of `rows` (column tenant, one row per task): CTE `name`
+ * adds `sign` 1 per row to the tenant's shard of this backend. Every
+ * statement that creates pending tasks or takes tasks out of pending (to a
+ * terminal status, or deleted) includes it, over exactly those rows, once: a
+ * second insert of one row in one statement fails. A data-modifying CTE: it
+ * runs whether or not anything reads it.
+ */
+export const countPendingOf = (name: string, sign: '+' | '-', rows: string) => `${name} as (
+     insert into tenant_pending_counts as c (tenant, shard, n)
+     select r.tenant, pg_backend_pid() % 16, ${sign}count(*) from ${rows} r
+     group by r.tenant
+     order by r.tenant
+     on conflict (tenant, shard) do update set n = c.n + excluded.n
+   )`;
+
 export const TASK_COLUMNS_NULLS_BUT_ID = TASK_COLUMN_NAMES.slice(1).map((c) => `null as ${c}`).join(', ');
 
 /** A fenced write that found the task no longer held at the expected epoch. */

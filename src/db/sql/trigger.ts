@@ -5,6 +5,7 @@ import { sql } from '../seam.ts';
 import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from './scheduleRows.ts';
 import { TASK_COLUMNS, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
 import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT, pendingQuotaOf } from './tasks-enqueue.ts';
+import { countPendingOf } from './tasks-shared.ts';
 
 type Now = Date | null | undefined;
 
@@ -57,21 +58,25 @@ const schedulesTriggerOccurrence = sql(
      where pending_quota.ok
    ),
    ${KNOWN_QUEUES_OF_INPUT},
-   ${FAIR_VTIME_OF_INPUT}
-   insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
-                           backoff_max_ms, timeout_ms, delivery, vtime, schedule_id, scheduled_for,
-                           created_at, updated_at, concurrency_key, concurrency_limit, priority, callback,
-                           rate_key, rate_limit, rate_period_seconds)
-   select r.tenant, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
-          r.due_at, r.max_attempts, (r.options->>'backoffBaseMs')::int, (r.options->>'backoffMaxMs')::int,
-          (r.options->>'timeoutMs')::int, r.options->>'delivery', r.vtime, r.id, r.due_at, clock.now, clock.now,
-          r.options->'concurrency'->>'key', (r.options->'concurrency'->>'limit')::int,
-          coalesce((r.options->>'priority')::smallint, 0), nullif(r.options->'callback', 'null'::jsonb),
-          r.options->'rateLimit'->>'key', (r.options->'rateLimit'->>'limit')::int,
-          (r.options->'rateLimit'->>'periodSeconds')::int
-   from rows r, clock
-   on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing
-   returning ${TASK_COLUMNS_T}`,
+   ${FAIR_VTIME_OF_INPUT},
+   written as (
+     insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
+                             backoff_max_ms, timeout_ms, delivery, vtime, schedule_id, scheduled_for,
+                             created_at, updated_at, concurrency_key, concurrency_limit, priority, callback,
+                             rate_key, rate_limit, rate_period_seconds)
+     select r.tenant, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
+            r.due_at, r.max_attempts, (r.options->>'backoffBaseMs')::int, (r.options->>'backoffMaxMs')::int,
+            (r.options->>'timeoutMs')::int, r.options->>'delivery', r.vtime, r.id, r.due_at, clock.now, clock.now,
+            r.options->'concurrency'->>'key', (r.options->'concurrency'->>'limit')::int,
+            coalesce((r.options->>'priority')::smallint, 0), nullif(r.options->'callback', 'null'::jsonb),
+            r.options->'rateLimit'->>'key', (r.options->'rateLimit'->>'limit')::int,
+            (r.options->'rateLimit'->>'periodSeconds')::int
+     from rows r, clock
+     on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing
+     returning ${TASK_COLUMNS_T}
+   ),
+   ${countPendingOf('pending_counted', '+', 'written')}
+   select * from written`,
 );
 
 /** The occurrence, or null when every slot was taken (or the schedule is gone). */
