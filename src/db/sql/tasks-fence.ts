@@ -14,8 +14,6 @@ import { at, lostFromRow, TASK_COLUMNS_NULLS_BUT_ID, TASK_COLUMNS_T, type LostFe
  */
 const RATE_LIMIT_START_WAIT_SECONDS = 10;
 
-// Consume: fenced start, fenced finish, heartbeat
-
 export interface StartedTask {
   task: Task;
   /** The W3C trace context of the request that enqueued it, if it had one. */

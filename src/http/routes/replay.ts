@@ -20,7 +20,7 @@ import { IdParam } from '../schemas/common.ts';
 import { TaskSchema, taskJson } from '../schemas/tasks.ts';
 import { notFound } from '../../errors.ts';
 import { commonErrors, conflictError, json, notFoundError, quotaError } from './common.ts';
-import { kickDueQueues } from './tasks.ts';
+import { kickDueQueues } from '../kick.ts';
 
 const routes = {
   attempts: createRoute({

@@ -2,13 +2,12 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { getTask, listTasks } from '../../db/sql/tasks-read.ts';
 import { notFound } from '../../errors.ts';
-import { queuesToKick } from '../../sweep/kick.ts';
 import { cancelTask } from '../../tasks/cancel.ts';
 import { enqueueTasks, type EnqueueResult } from '../../tasks/enqueue.ts';
-import type { App, AppDeps, Invocation } from '../context.ts';
+import type { App, AppDeps } from '../context.ts';
+import { kickDueQueues } from '../kick.ts';
 import { commonErrors, conflictError, json, jsonBody, quotaError } from './common.ts';
 import { isStorableText } from '../hostile-json.ts';
-import type { Logger } from '../../log.ts';
 import { ErrorSchema, IdParam } from '../schemas/common.ts';
 import {
   SpentTaskSchema,
@@ -110,17 +109,6 @@ export function resultJson(r: EnqueueResult) {
     return { id: r.spent.taskId, status: r.spent.status, idempotencyKey: r.spent.idempotencyKey, deduplicated: true as const, purged: true as const };
   }
   return r.outcome === 'deduplicated' ? { ...taskJson(r.task), deduplicated: true } : taskJson(r.task);
-}
-
-/**
- * Work due now should not wait for the next cron tick: kick its queues after
- * the response (sweep/kick.ts: debounced per isolate and queue, and leaving at
- * once when another claim of the queue is at work).
- */
-export function kickDueQueues(deps: AppDeps, inv: Invocation, results: readonly EnqueueResult[], log: Logger): void {
-  const queues = queuesToKick(results);
-  if (queues.length === 0 || !deps.kicker) return;
-  deps.kicker.kick({ db: inv.db, config: deps.config, sender: inv.sender, pumps: inv.pumps, log, waitUntil: inv.waitUntil, now: inv.now }, queues);
 }
 
 export function registerTaskRoutes(app: App, deps: AppDeps): void {

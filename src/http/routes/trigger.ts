@@ -5,7 +5,7 @@ import type { App, AppDeps } from '../context.ts';
 import { ScheduleName } from '../schemas/schedules.ts';
 import { TaskSchema, taskJson } from '../schemas/tasks.ts';
 import { commonErrors, conflictError, json, notFoundError, quotaError } from './common.ts';
-import { kickDueQueues } from './tasks.ts';
+import { kickDueQueues } from '../kick.ts';
 
 const triggerRoute = createRoute({
   method: 'post',
