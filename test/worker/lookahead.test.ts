@@ -2,14 +2,13 @@
 // look-ahead): user actions on work the sweep has already claimed and sent
 // with a delay. Wall-clock waits stay at a few seconds: due times are near.
 import { createExecutionContext, createMessageBatch, getQueueResult } from 'cloudflare:test';
-import { env, exports } from 'cloudflare:workers';
+import { env } from 'cloudflare:workers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import worker, { type Env } from '../../functions/index.ts';
 import { createNeonDb } from '../../src/db/neon.ts';
 import type { Db } from '../../src/db/seam.ts';
-import { adminHeaders, deliveries, sweep, until } from '../helpers/workerd.ts';
+import { api, deliveries, sweep, until } from '../helpers/workerd.ts';
 
-const base = 'https://scheduler.test';
 const run = crypto.randomUUID().slice(0, 8);
 let db: Db;
 
@@ -19,15 +18,6 @@ beforeAll(() => {
 afterAll(async () => {
   await db.close();
 });
-
-async function api(path: string, tenant: string, init: { method?: string; body?: unknown } = {}) {
-  const res = await exports.default.fetch(`${base}${path}`, {
-    method: init.method ?? 'GET',
-    headers: adminHeaders(tenant),
-    body: init.body === undefined ? undefined : JSON.stringify(init.body),
-  });
-  return { status: res.status, body: (await res.json()) as any };
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -62,8 +52,8 @@ describe('reschedule by key after the sweep claimed and sent the task', () => {
       const path = `/hook/ok/resched-${lead}-${run}`;
       const key = `debounce-${lead}`;
       const url = `${env.RECEIVER_URL}${path}`;
-      const first = await api('/v1/tasks', tenant, {
-        method: 'POST',
+      const first = await api('POST', '/v1/tasks', {
+        tenant,
         body: { task: 'http', payload: { url, body: { v: 1 } }, delay: lead, idempotencyKey: key },
       });
       expect(first.status).toBe(201);
@@ -75,13 +65,13 @@ describe('reschedule by key after the sweep claimed and sent the task', () => {
       expect(claimed).toMatchObject({ status: 'running', attempts: 1 });
       const epoch = Number(claimed!.lease_epoch);
       // Claimed early and sent: the owner still sees it waiting.
-      const shown = await api(`/v1/tasks/${first.body.id}`, tenant);
+      const shown = await api('GET', `/v1/tasks/${first.body.id}`, { tenant });
       expect(shown.body).toMatchObject({ status: 'queued', attempts: 0, dispatch: { epoch } });
 
       // Rescheduled by key to 3 s from now, with a new payload.
       const newRunAt = new Date((await dbNow()).getTime() + 3000);
-      const again = await api('/v1/tasks', tenant, {
-        method: 'POST',
+      const again = await api('POST', '/v1/tasks', {
+        tenant,
         body: { task: 'http', payload: { url, body: { v: 2 } }, runAt: newRunAt.toISOString(), idempotencyKey: key },
       });
       expect(again.status).toBe(200);
@@ -98,7 +88,7 @@ describe('reschedule by key after the sweep claimed and sent the task', () => {
 
       await sweep();
       const done = await until(
-        () => api(`/v1/tasks/${first.body.id}`, tenant),
+        () => api('GET', `/v1/tasks/${first.body.id}`, { tenant }),
         (r) => r.body.status === 'succeeded',
       );
       expect(done.body).toMatchObject({ status: 'succeeded', attempts: 1, payload: { url, body: { v: 2 } } });
@@ -114,8 +104,8 @@ describe('schedules with occurrences already claimed', () => {
   it('pause a 3-second interval schedule: 0 fires after the pause answered', async () => {
     const tenant = `la-pause-${run}`;
     const path = `/hook/ok/pause-${run}`;
-    const put = await api('/v1/schedules/tick', tenant, {
-      method: 'PUT',
+    const put = await api('PUT', '/v1/schedules/tick', {
+      tenant,
       body: { interval: 3, task: 'http', payload: { url: `${env.RECEIVER_URL}${path}`, body: { v: 1 } } },
     });
     expect(put.status).toBe(201);
@@ -124,7 +114,7 @@ describe('schedules with occurrences already claimed', () => {
     expect(claimed.length).toBeGreaterThanOrEqual(19); // a minute of 3 s occurrences, sent with delays
     await sleep(3500); // let one or two fire
 
-    const paused = await api('/v1/schedules/tick/pause', tenant, { method: 'POST' });
+    const paused = await api('POST', '/v1/schedules/tick/pause', { tenant });
     expect(paused.status).toBe(200);
     const startedAtPause = (await rows(`tenant = $1::text and started_at is not null`, [tenant])).map((r) => r.id);
     const waiting = await rows(`tenant = $1::text and status in ('scheduled', 'queued', 'running') and started_at is null`, [tenant]);
@@ -135,7 +125,7 @@ describe('schedules with occurrences already claimed', () => {
     const startedLater = (await rows(`tenant = $1::text and started_at is not null`, [tenant])).map((r) => r.id);
     expect(startedLater).toEqual(startedAtPause);
     expect((await deliveries(path)).length).toBe(startedAtPause.length);
-    await api('/v1/schedules/tick', tenant, { method: 'DELETE' });
+    await api('DELETE', '/v1/schedules/tick', { tenant });
   });
 
   it("replace a schedule's payload: the next fire carries the new payload", async () => {
@@ -143,16 +133,16 @@ describe('schedules with occurrences already claimed', () => {
     const path = `/hook/ok/replace-${run}`;
     // Every 5 s: the first fire's message (sent with a 3 s delay) arrives after the replace.
     const body = (v: number) => ({ interval: 5, task: 'http', payload: { url: `${env.RECEIVER_URL}${path}`, body: { v } } });
-    expect((await api('/v1/schedules/tick', tenant, { method: 'PUT', body: body(1) })).status).toBe(201);
+    expect((await api('PUT', '/v1/schedules/tick', { tenant, body: body(1) })).status).toBe(201);
     await sweep();
     expect((await rows(`tenant = $1::text and status = 'running' and started_at is null`, [tenant])).length).toBeGreaterThanOrEqual(11);
-    const replaced = await api('/v1/schedules/tick', tenant, { method: 'PUT', body: body(2) });
+    const replaced = await api('PUT', '/v1/schedules/tick', { tenant, body: body(2) });
     expect(replaced.status).toBe(200);
     await sweep();
     const got = await until(() => deliveries(path), (d) => d.length >= 1, 15_000);
     expect(got.length).toBeGreaterThanOrEqual(1);
     expect(new Set(got.map((d) => d.body))).toEqual(new Set(['{"v":2}']));
-    await api('/v1/schedules/tick', tenant, { method: 'DELETE' });
+    await api('DELETE', '/v1/schedules/tick', { tenant });
   });
 });
 
@@ -163,8 +153,8 @@ describe('pause a queue with tasks already sent', () => {
     const path = (i: number) => `/hook/ok/queue-${run}-${i}`;
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) {
-      const r = await api('/v1/tasks', tenant, {
-        method: 'POST',
+      const r = await api('POST', '/v1/tasks', {
+        tenant,
         // Due in 8 s: sent with a 6 s delay, so the pause below comes first.
         body: { task: 'http', queue, payload: { url: `${env.RECEIVER_URL}${path(i)}`, body: { i } }, delay: 8 },
       });
@@ -178,7 +168,7 @@ describe('pause a queue with tasks already sent', () => {
     expect(sent.map((r) => r.status)).toEqual(['running', 'running', 'running']);
     const vtimes = sent.map((r) => r.vtime);
 
-    expect((await api(`/v1/admin/queues/${queue}`, tenant, { method: 'PUT', body: { paused: true } })).status).toBe(200);
+    expect((await api('PUT', `/v1/admin/queues/${queue}`, { tenant, body: { paused: true } })).status).toBe(200);
     // The messages arrive (about 7 s); the fenced start refuses them.
     const refused = await until(
       () => rows('id = any($1::bigint[])', [ids]),
@@ -196,7 +186,7 @@ describe('pause a queue with tasks already sent', () => {
     expect((await rows('id = any($1::bigint[])', [ids])).map((r) => r.status)).toEqual(['queued', 'queued', 'queued']);
     for (let i = 0; i < 3; i++) expect(await deliveries(path(i))).toEqual([]);
 
-    expect((await api(`/v1/admin/queues/${queue}`, tenant, { method: 'PUT', body: { paused: false } })).status).toBe(200);
+    expect((await api('PUT', `/v1/admin/queues/${queue}`, { tenant, body: { paused: false } })).status).toBe(200);
     await sweep();
     const done = await until(
       () => rows('id = any($1::bigint[])', [ids]),
@@ -241,8 +231,8 @@ describe('a message delivered 1.5 s before its run_at (the Queue rounds delays d
     const path = `/hook/ok/early-resched-${run}`;
     const url = `${env.RECEIVER_URL}${path}`;
     const runAt = new Date((await dbNow()).getTime() + 4000);
-    const first = await api('/v1/tasks', tenant, {
-      method: 'POST',
+    const first = await api('POST', '/v1/tasks', {
+      tenant,
       body: { task: 'http', payload: { url, body: { v: 1 } }, runAt: runAt.toISOString(), idempotencyKey: 'debounce' },
     });
     expect(first.status).toBe(201);
@@ -254,11 +244,11 @@ describe('a message delivered 1.5 s before its run_at (the Queue rounds delays d
     await sleep(300);
     const [waiting] = await rows('id = $1::bigint', [first.body.id]);
     expect(waiting).toMatchObject({ status: 'running', started_at: null });
-    expect((await api(`/v1/tasks/${first.body.id}`, tenant)).body).toMatchObject({ status: 'queued', startedAt: null });
+    expect((await api('GET', `/v1/tasks/${first.body.id}`, { tenant })).body).toMatchObject({ status: 'queued', startedAt: null });
 
     const newRunAt = new Date((await dbNow()).getTime() + 3000);
-    const again = await api('/v1/tasks', tenant, {
-      method: 'POST',
+    const again = await api('POST', '/v1/tasks', {
+      tenant,
       body: { task: 'http', payload: { url, body: { v: 2 } }, runAt: newRunAt.toISOString(), idempotencyKey: 'debounce' },
     });
     expect(again.status).toBe(200);
@@ -270,7 +260,7 @@ describe('a message delivered 1.5 s before its run_at (the Queue rounds delays d
 
     await sweep();
     const done = await until(
-      () => api(`/v1/tasks/${first.body.id}`, tenant),
+      () => api('GET', `/v1/tasks/${first.body.id}`, { tenant }),
       (r) => r.body.status === 'succeeded',
     );
     expect(done.body).toMatchObject({ status: 'succeeded', attempts: 1, payload: { url, body: { v: 2 } } });
@@ -284,8 +274,8 @@ describe('a message delivered 1.5 s before its run_at (the Queue rounds delays d
     const queue = `la-eq-${run}`;
     const path = `/hook/ok/early-queue-${run}`;
     const runAt = new Date((await dbNow()).getTime() + 3000);
-    const r = await api('/v1/tasks', tenant, {
-      method: 'POST',
+    const r = await api('POST', '/v1/tasks', {
+      tenant,
       body: { task: 'http', queue, payload: { url: `${env.RECEIVER_URL}${path}`, body: { q: 1 } }, runAt: runAt.toISOString() },
     });
     expect(r.status).toBe(201);
@@ -296,7 +286,7 @@ describe('a message delivered 1.5 s before its run_at (the Queue rounds delays d
     const consumed = deliver('early-queue', r.body.id, epoch);
     await sleep(300);
     expect((await rows('id = $1::bigint', [r.body.id]))[0]).toMatchObject({ status: 'running', started_at: null });
-    expect((await api(`/v1/admin/queues/${queue}`, tenant, { method: 'PUT', body: { paused: true } })).status).toBe(200);
+    expect((await api('PUT', `/v1/admin/queues/${queue}`, { tenant, body: { paused: true } })).status).toBe(200);
     expect((await consumed).explicitAcks).toEqual(['early-queue']);
     expect((await rows('id = $1::bigint', [r.body.id]))[0]).toMatchObject({ status: 'queued', attempts: 0, started_at: null });
 
@@ -305,7 +295,7 @@ describe('a message delivered 1.5 s before its run_at (the Queue rounds delays d
     expect((await rows('id = $1::bigint', [r.body.id]))[0]).toMatchObject({ status: 'queued', attempts: 0, started_at: null });
     expect(await deliveries(path)).toEqual([]);
 
-    expect((await api(`/v1/admin/queues/${queue}`, tenant, { method: 'PUT', body: { paused: false } })).status).toBe(200);
+    expect((await api('PUT', `/v1/admin/queues/${queue}`, { tenant, body: { paused: false } })).status).toBe(200);
     await sweep();
     const [done] = await until(
       () => rows('id = $1::bigint', [r.body.id]),
@@ -319,8 +309,8 @@ describe('a message delivered 1.5 s before its run_at (the Queue rounds delays d
   it('a schedule paused in that window: the occurrence waiting out its last 1.5 s does not start, nor does any later one', async () => {
     const tenant = `la-early-sched-${run}`;
     const path = `/hook/ok/early-sched-${run}`;
-    const put = await api('/v1/schedules/tick', tenant, {
-      method: 'PUT',
+    const put = await api('PUT', '/v1/schedules/tick', {
+      tenant,
       body: { interval: 3, task: 'http', payload: { url: `${env.RECEIVER_URL}${path}`, body: { s: 1 } } },
     });
     expect(put.status).toBe(201);
@@ -335,7 +325,7 @@ describe('a message delivered 1.5 s before its run_at (the Queue rounds delays d
     const consumed = deliver('early-sched', next.id, Number(next.lease_epoch));
     await sleep(300);
     expect((await rows('id = $1::bigint', [next.id]))[0]).toMatchObject({ status: 'running', started_at: null });
-    const paused = await api('/v1/schedules/tick/pause', tenant, { method: 'POST' });
+    const paused = await api('POST', '/v1/schedules/tick/pause', { tenant });
     expect(paused.status).toBe(200);
     const pausedAt = await dbNow();
     expect((await consumed).explicitAcks).toEqual(['early-sched']);
@@ -347,6 +337,6 @@ describe('a message delivered 1.5 s before its run_at (the Queue rounds delays d
     expect(started.map((x) => x.id)).not.toContain(next.id);
     expect((await deliveries(path)).length).toBe(started.length);
     expect(await startedEarly(tenant)).toEqual([]);
-    await api('/v1/schedules/tick', tenant, { method: 'DELETE' });
+    await api('DELETE', '/v1/schedules/tick', { tenant });
   });
 });
