@@ -88,7 +88,7 @@ const tasksReplayTerminal = sql(
    ),
    ${pendingQuotaOf('$14::int', '(select count(*) from originals)')},
    input as (
-     select o.*, o.id as ord, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
+     select o.*, $2::text as tenant, o.id as ord, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
      from originals o, clock, pending_quota,
           lateral (select coalesce($12::timestamptz, clock.now + coalesce($13::bigint, 0) * interval '1 millisecond') as due_at) d
      where pending_quota.ok

@@ -7,8 +7,6 @@ import { sql } from '../seam.ts';
 import { taskFromRow, type Delivery, type Task, type TaskCallback, type TaskRow, type TaskStatus } from '../../tasks/model.ts';
 import { at, CLAIMED_NOT_STARTED, countPendingOf, NOT_STARTED, TASK_COLUMNS_T, type Now } from './tasks-shared.ts';
 
-// Enqueue
-
 export interface NewTask {
   queue: string;
   task: string;
@@ -93,34 +91,35 @@ export const KNOWN_QUEUES_OF_INPUT = `known_queues as (
 
 /**
  * Fair-queuing vtimes for the runnable rows of CTE `input` (columns queue,
- * runnable, ord) of the tenant $2: per queue, the tenant's row is advanced
- * once for the whole batch (`max(last_vtime, queue clock) + n/weight`) and the
- * rows take the steps in `ord` order. CTE `rows` is input's columns plus
- * vtime. Only this tenant's rows are written, in queue order, like every
- * statement that writes them.
+ * tenant, runnable, ord): per (queue, tenant), the tenant's row is advanced
+ * once for the whole statement (`max(last_vtime, queue clock) + n/weight`)
+ * and the rows take the steps in `ord` order. CTE `rows` is input's columns
+ * plus vtime. Rows are written in (queue, tenant) order, like every statement
+ * that writes them, so statements cannot deadlock on them. Shared by every
+ * statement that makes tasks runnable: enqueue, replay, trigger and promote.
  */
 export const FAIR_VTIME_OF_INPUT = `runnable_counts as (
-     select queue, count(*)::double precision as n from input where runnable group by queue
+     select queue, tenant, count(*)::double precision as n from input where runnable group by queue, tenant
    ),
    fair as (
      insert into tenants as t (queue, tenant, last_vtime)
-     select c.queue, $2::text, coalesce(q.vclock, 0) + c.n
+     select c.queue, c.tenant, coalesce(q.vclock, 0) + c.n
      from runnable_counts c left join queues q on q.name = c.queue
-     order by c.queue
+     order by c.queue, c.tenant
      on conflict (queue, tenant) do update set
        last_vtime = greatest(t.last_vtime, coalesce((select q.vclock from queues q where q.name = t.queue), 0))
-                    + (select c.n from runnable_counts c where c.queue = t.queue) / t.weight,
+                    + (select c.n from runnable_counts c where c.queue = t.queue and c.tenant = t.tenant) / t.weight,
        updated_at = now()
-     returning t.queue, t.last_vtime, t.weight
+     returning t.queue, t.tenant, t.last_vtime, t.weight
    ),
    rows as (
      select i.*,
             case when i.runnable then
-              f.last_vtime - (c.n - row_number() over (partition by i.queue, i.runnable order by i.ord)) / f.weight
+              f.last_vtime - (c.n - row_number() over (partition by i.queue, i.tenant, i.runnable order by i.ord)) / f.weight
             end as vtime
      from input i
-     left join fair f on i.runnable and f.queue = i.queue
-     left join runnable_counts c on i.runnable and c.queue = i.queue
+     left join fair f on i.runnable and f.queue = i.queue and f.tenant = i.tenant
+     left join runnable_counts c on i.runnable and c.queue = i.queue and c.tenant = i.tenant
    )`;
 
 /**
@@ -157,7 +156,7 @@ const insertBatch = (tail: string) => `with clock as (select coalesce($1::timest
                   or not exists (select 1 from tasks e where e.tenant = $2::text and e.idempotency_key = k.key))`,
    )},
    input as (
-     select i.*, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
+     select i.*, $2::text as tenant, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
      from unnest($4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::bigint[], $9::int[], $10::int[],
                  $11::int[], $12::int[], $13::text[], $14::text[], $18::text[], $19::int[], $20::int[], $21::jsonb[],
                  $22::text[], $23::int[], $24::int[])

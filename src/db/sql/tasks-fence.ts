@@ -17,8 +17,6 @@ import {
   type Now,
 } from './tasks-shared.ts';
 
-// Consume: fenced start, fenced finish, heartbeat
-
 export interface StartedTask {
   task: Task;
   /** The W3C trace context of the request that enqueued it, if it had one. */

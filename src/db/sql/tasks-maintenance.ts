@@ -3,12 +3,14 @@
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { freeSlotsOf } from './concurrency.ts';
+import { FAIR_VTIME_OF_INPUT } from './tasks-enqueue.ts';
 import { at, countPendingOf, type Now } from './tasks-shared.ts';
 
 /**
  * Makes due `scheduled` tasks runnable: locks a bounded batch (SKIP LOCKED, so
  * concurrent sweeps split the work), advances each (queue, tenant) row once
- * for its share of the batch, and gives every task its vtime in run_at order.
+ * for its share of the batch, and gives every task its vtime in run_at order
+ * (the fair step every statement that makes tasks runnable shares).
  */
 const tasksPromoteDue = sql(
   'tasks_promote_due',
@@ -20,26 +22,12 @@ const tasksPromoteDue = sql(
      limit $3::int
      for update of t skip locked
    ),
-   counts as (select queue, tenant, count(*)::double precision as n from due group by queue, tenant),
-   fair as (
-     insert into tenants as t (queue, tenant, last_vtime)
-     select c.queue, c.tenant, coalesce(q.vclock, 0) + c.n
-     from counts c left join queues q on q.name = c.queue
-     order by c.queue, c.tenant
-     on conflict (queue, tenant) do update set
-       last_vtime = greatest(t.last_vtime, coalesce((select q.vclock from queues q where q.name = t.queue), 0))
-                    + (select c.n from counts c where c.queue = t.queue and c.tenant = t.tenant) / t.weight,
-       updated_at = now()
-     returning t.queue, t.tenant, t.last_vtime, t.weight
+   input as (
+     select d.id, d.queue, d.tenant, true as runnable, row_number() over (order by d.run_at, d.id) as ord from due d
    ),
-   ranked as (
-     select d.id,
-            f.last_vtime - (c.n - row_number() over (partition by d.queue, d.tenant order by d.run_at, d.id)) / f.weight
-              as vtime
-     from due d join fair f using (queue, tenant) join counts c using (queue, tenant)
-   )
+   ${FAIR_VTIME_OF_INPUT}
    update tasks t set status = 'queued', vtime = r.vtime, parked = false, updated_at = clock.now
-   from ranked r, clock
+   from rows r, clock
    where t.id = r.id
    returning t.id`,
 );
@@ -51,9 +39,6 @@ export async function promoteDueTasks(
   const rows = await q.query(tasksPromoteDue, [at(p.now), p.lookaheadSeconds, p.limit]);
   return rows.length;
 }
-
-
-// Maintenance: reap, purge
 
 export interface ReapCounts {
   requeued: number;
