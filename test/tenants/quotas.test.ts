@@ -168,6 +168,10 @@ describe('the pending count', () => {
   it('follows every statement into and out of pending', async () => {
     const h = createHarness(t.db, { handlers: [failing] });
     const api = createTestApi(t.db, { handlers: [failing] });
+    // A sweep cut off by its time budget on a loaded machine sends nothing and ends a drain early.
+    const drainAll = async (now: Date) => {
+      for (let i = 0; i < 10 && (await pending()) > 0; i++) await h.drain({ now });
+    };
     const step = async (expected: number) => {
       expect(await pending()).toBe(expected);
       await expectPendingCounted(t.db);
@@ -185,7 +189,7 @@ describe('the pending count', () => {
     await h.sweep({ now: T0 });
     await h.consume(h.outbox.take().map((m) => m.body), { now: T0 });
     await step(5);
-    await h.drain({ now: at(3600) });
+    await drainAll(at(3600));
     await step(0);
     // Reaper: a lost attempt with none left is dead.
     await h.enqueue({ task: 'noop', maxAttempts: 1 }, { now: at(4000) });
@@ -206,7 +210,7 @@ describe('the pending count', () => {
     await step(1);
     expect((await api.admin('POST', '/v1/tasks/bulk-replay', { tenant: 'acme', body: { ids: [two!.task!.id] } })).status).toBe(200);
     await step(2);
-    await h.drain({ now: at(9000) });
+    await drainAll(at(9000));
     await step(0);
     // Schedules: materialized occurrences, a trigger, replace, pause, delete.
     api.setNow(at(10_000));
