@@ -8,6 +8,7 @@ import { T0, at, resetTables, useTestDatabase } from '../helpers/db.ts';
 import { crashAt, Crash } from '../helpers/faults.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 import { createTestApi } from '../helpers/http.ts';
+import { expectPendingCounted } from '../helpers/invariants.ts';
 
 const t = useTestDatabase();
 let h: Harness;
@@ -93,6 +94,10 @@ describe('completion callbacks', () => {
       (x: { callbackOf: string }) => x.callbackOf === succeeded,
     );
     expect(callbackTask).toMatchObject({ queue: 'default', callback: null, maxAttempts: 10 });
+    // The callback tasks are pending like any task (what maxPendingTasks reads), and leave it when they finish.
+    await expectPendingCounted(t.db);
+    await h.drain({ now: at(900) });
+    await expectPendingCounted(t.db);
   });
 
   it('only the statuses in `on`', async () => {

@@ -3,7 +3,7 @@
 // quota, Retry-After), maxSchedules and minScheduleIntervalSeconds checked at
 // schedule writes (a cron firing every second counts as 1), set through
 // PUT /v1/admin/tenants/{tenant} {"quotas"}, defaults from vars.
-import { beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { readConfig } from '../../src/config.ts';
 import { shortestGapSeconds } from '../../src/tenants/quotas.ts';
 import { z } from 'zod';
@@ -21,6 +21,8 @@ beforeEach(async () => {
   api = createTestApi(t.db);
   api.setNow(T0);
 });
+// A dispatch kick left running by one test's enqueue must not claim the next test's tasks.
+afterEach(() => api.settle());
 
 const count = async (tenant: string) =>
   (await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where tenant = $1::text`, [tenant]))[0]!.n;
@@ -167,7 +169,7 @@ describe('the pending count', () => {
 
   it('follows every statement into and out of pending', async () => {
     const h = createHarness(t.db, { handlers: [failing] });
-    const api = createTestApi(t.db, { handlers: [failing] });
+    api = createTestApi(t.db, { handlers: [failing] });
     // A sweep cut off by its time budget on a loaded machine sends nothing and ends a drain early.
     const drainAll = async (now: Date) => {
       for (let i = 0; i < 10 && (await pending()) > 0; i++) await h.drain({ now });

@@ -45,6 +45,17 @@ const CONCURRENCY = 'src/db/sql/concurrency.ts';
 
 export const mutants: Mutant[] = [
   // -------------------------------------------------------------------------
+  // Completion callbacks: the callback task counts as pending (migration 0024).
+  {
+    id: 'callback-pending-count',
+    file: 'migrations/0024_callback_pending_counts.sql',
+    statement: 'tasks_enqueue_callback()',
+    guard: 'the callback task it inserts is added to the tenant pending count',
+    find: `select new.tenant, pg_backend_pid() % 16, added where added > 0`,
+    replace: `select new.tenant, pg_backend_pid() % 16, added where false`,
+    tests: ['test/tasks/callbacks.test.ts'],
+  },
+  // -------------------------------------------------------------------------
   // Fenced writes: the epoch, the status and the started_at conditions.
   {
     id: 'reap-mark-token',
@@ -1658,8 +1669,8 @@ export const mutants: Mutant[] = [
     file: TASK_READS,
     statement: 'tasks_cancel_if_not_started',
     guard: 'a cancel frees the slot of a task claimed early',
-    find: `(select x.tenant, x.concurrency_key from target x where x.status = 'running')`,
-    replace: `(select x.tenant, x.concurrency_key from target x where false)`,
+    find: `(select x.tenant, x.concurrency_key from target x join cancelled c on c.id = x.id where x.status = 'running')`,
+    replace: `(select x.tenant, x.concurrency_key from target x join cancelled c on c.id = x.id where false)`,
     tests: ['test/tasks/concurrency.test.ts'],
   },
   {
@@ -1667,8 +1678,8 @@ export const mutants: Mutant[] = [
     file: TASK_READS,
     statement: 'tasks_cancel_if_not_started',
     guard: 'only a task that was running (claimed early) had a slot to free',
-    find: `(select x.tenant, x.concurrency_key from target x where x.status = 'running')`,
-    replace: `(select x.tenant, x.concurrency_key from target x where true)`,
+    find: `(select x.tenant, x.concurrency_key from target x join cancelled c on c.id = x.id where x.status = 'running')`,
+    replace: `(select x.tenant, x.concurrency_key from target x join cancelled c on c.id = x.id where true)`,
     tests: ['test/tasks/concurrency.test.ts'],
   },
   {

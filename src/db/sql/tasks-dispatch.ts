@@ -4,7 +4,7 @@
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { freeSlotsOf } from './concurrency.ts';
-import { at, lostFromRow, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
+import { at, lostFromRow, rateBaseOf, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
 
 /** Queues that are not paused and hold runnable work. */
 const queuesListClaimable = sql(
@@ -125,12 +125,7 @@ const tasksClaimRunnable = sql(
      where p.rate_key is not null
      window newest as (partition by p.tenant, p.rate_key order by p.id desc)
    ),
-   rate_base as (
-     select r.*, rate_limit_step(r.max_starts, r.period_seconds) as step,
-            max(r.due - (r.pos - 1) * rate_limit_step(r.max_starts, r.period_seconds))
-              over (partition by r.tenant, r.rate_key order by r.pos) as base
-     from rate_ranked r
-   ),
+   ${rateBaseOf('rate_ranked')},
    rate_groups as (
      select b.tenant, b.rate_key, b.max_starts, b.period_seconds, b.step, array_agg(b.base order by b.pos) as bases
      from rate_base b

@@ -9,6 +9,7 @@ import {
   at,
   countPendingOf,
   lostFromRow,
+  rateBaseOf,
   TASK_COLUMNS_NULLS_BUT_ID,
   TASK_COLUMNS_T,
   type LostFence,
@@ -104,12 +105,7 @@ const tasksStartIfClaimed = sql(
           left join rate_limits k on k.tenant = r.tenant and k.key = r.rate_key
      window newest as (partition by r.tenant, r.rate_key order by r.id desc)
    ),
-   rate_base as (
-     select r.*, rate_limit_step(r.max_starts, r.period_seconds) as step,
-            max(r.due - (r.pos - 1) * rate_limit_step(r.max_starts, r.period_seconds))
-              over (partition by r.tenant, r.rate_key order by r.pos) as base
-     from rate_due r
-   ),
+   ${rateBaseOf('rate_due')},
    rate_starts as (
      insert into rate_start_lines as l (tenant, key, next_start_at)
      select distinct on (b.tenant, b.rate_key) b.tenant, b.rate_key,

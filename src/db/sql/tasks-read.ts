@@ -49,7 +49,7 @@ const tasksCancelIfNotStarted = sql(
    ),
    ${countPendingOf('pending_counted', '-', 'cancelled')},
    -- A task claimed early gives its slot back.
-   ${freeSlotsOf(`(select x.tenant, x.concurrency_key from target x where x.status = 'running')`)}
+   ${freeSlotsOf(`(select x.tenant, x.concurrency_key from target x join cancelled c on c.id = x.id where x.status = 'running')`)}
    select c.* from cancelled c cross join slots_freed`,
 );
 

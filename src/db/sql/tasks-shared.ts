@@ -41,7 +41,6 @@ export const CLAIMED_NOT_STARTED = `(t.status = 'running' and t.started_at is nu
 /** Has not started: waiting, or claimed early and not started. Over `t`. */
 export const NOT_STARTED = `(t.status in ('scheduled', 'queued') or ${CLAIMED_NOT_STARTED})`;
 
-/** Fills the task columns of a UNION branch that reports a lost fence (by id only). */
 /**
  * Keeps the tenants' pending counts (migration 0021; maxPendingTasks reads
  * them) by the rows of `rows` (column tenant, one row per task): CTE `name`
@@ -59,6 +58,22 @@ export const countPendingOf = (name: string, sign: '+' | '-', rows: string) => `
      on conflict (tenant, shard) do update set n = c.n + excluded.n
    )`;
 
+/**
+ * GCRA without bursts over CTE `source` (columns tenant, rate_key, due,
+ * max_starts, period_seconds, pos: a key's tasks in line order): CTE
+ * `rate_base` adds each row's `step` (rate_limit_step, migration 0018) and
+ * `base`: the earliest first start of the key's tasks up to `pos` such that
+ * none of them, a step apart, starts before its due time. Shared by the claim's
+ * reservation and the fenced start's line.
+ */
+export const rateBaseOf = (source: string) => `rate_base as (
+     select r.*, rate_limit_step(r.max_starts, r.period_seconds) as step,
+            max(r.due - (r.pos - 1) * rate_limit_step(r.max_starts, r.period_seconds))
+              over (partition by r.tenant, r.rate_key order by r.pos) as base
+     from ${source} r
+   )`;
+
+/** Fills the task columns of a UNION branch that reports a lost fence (by id only). */
 export const TASK_COLUMNS_NULLS_BUT_ID = TASK_COLUMN_NAMES.slice(1).map((c) => `null as ${c}`).join(', ');
 
 /** A fenced write that found the task no longer held at the expected epoch. */
