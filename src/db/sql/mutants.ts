@@ -657,8 +657,8 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'callback-on-filter',
-    file: 'migrations/0017_attempts_results.sql',
-    statement: 'function tasks_enqueue_callback (triggers tasks_callback_on_finish/_on_insert)',
+    file: 'migrations/0024_callback_pending_counts.sql',
+    statement: 'function tasks_enqueue_callback (triggers tasks_callback_on_finish/_on_insert; 0024 replaces 0017)',
     guard: 'a callback only for the statuses in `on`',
     find: `if ((new.callback->'on') ? new.status) is not true then`,
     replace: `if new.callback is null then`,
@@ -673,7 +673,7 @@ export const mutants: Mutant[] = [
     replace: `when (old.status is distinct from new.status`,
     also: [
       {
-        file: 'migrations/0017_attempts_results.sql',
+        file: 'migrations/0024_callback_pending_counts.sql',
         find: `if ((new.callback->'on') ? new.status) is not true then`,
         replace: `if ((new.callback->'on') ? new.status) is false then`,
       },
