@@ -1,6 +1,7 @@
 // What the task statements share: the clock-override convention, the
-// column lists over the alias `t`, the "not started" predicate and the
-// lost-fence report of the fenced batch writes.
+// column lists over the alias `t`, the "not started" predicate, the pending
+// count step (countPendingOf), the rate-limit line's base (rateBaseOf) and
+// the lost-fence report of the fenced batch writes.
 //
 // The task statements. Each is one round trip, whatever the batch size: a batch
 // travels as parallel arrays through unnest(). Every parameter is cast; a
