@@ -5,7 +5,8 @@
 // value is the task's `result`.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { finishIfRunning } from '../../src/db/sql/tasks-fence.ts';
+import { listAttempts } from '../../src/db/sql/attempts.ts';
+import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { getTask } from '../../src/db/sql/tasks-read.ts';
 import { purgeFinishedTasks } from '../../src/db/sql/tasks-maintenance.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
@@ -170,8 +171,58 @@ describe('attempt history', () => {
     await round(T0); // epoch 1 failed; the task waits for its retry
     const stale = await finishIfRunning(t.db, { now: at(1), results: [{ id: r!.task!.id, epoch: 1, outcome: 'succeeded', error: null, retryDelayMs: null, result: '{"x":1}' }] });
     expect(stale.finished).toEqual([]);
+    // A failure (which would write a row, unlike a plain success) that lost its fence.
+    const staleFailure = await finishIfRunning(t.db, { now: at(1), results: [{ id: r!.task!.id, epoch: 1, outcome: 'failed', error: 'late', retryDelayMs: null }] });
+    expect(staleFailure.finished).toEqual([]);
     expect((await attempts(r!.task!.id)).body.attempts).toHaveLength(1);
     expect((await getTask(t.db, 'acme', r!.task!.id))!.result).toBeNull();
+  });
+
+  // Issue 12: the drain's common case writes no history row. A success with
+  // no http status is the task's own final attempt, shown from the task row.
+  it('a success writes no attempt row; its attempt is shown from the task, once, after those that failed', async () => {
+    const rows = async (id: string) =>
+      (await t.db.query<{ outcome: string }>(`select outcome from task_attempts where task_id = $1::bigint order by finished_at`, [id])).map((x) => x.outcome);
+    const [plain] = await h.enqueue({ task: 'returns', payload: { value: 1 } }, { now: T0 });
+    await round(T0);
+    expect(await rows(plain!.task!.id)).toEqual([]);
+    expect((await attempts(plain!.task!.id)).body.attempts).toEqual([
+      { attempt: 1, epoch: 1, outcome: 'succeeded', startedAt: T0.toISOString(), finishedAt: T0.toISOString(), durationMs: 0, error: null },
+    ]);
+
+    // After a failure: the failed attempt is a row, the success is not.
+    const [story] = await h.enqueue({ task: 'story', timeout: 0.05, backoff: { base: 1, max: 1 } }, { now: T0 });
+    await round(T0); // 1: fails
+    await round(at(2)); // 2: times out
+    expect(await rows(story!.task!.id)).toEqual(['failed', 'timed_out']);
+    await round(at(4)); // 3: succeeds
+    expect(await rows(story!.task!.id)).toEqual(['failed', 'timed_out']);
+    expect((await attempts(story!.task!.id)).body.attempts.map((a: { attempt: number; outcome: string }) => [a.attempt, a.outcome])).toEqual([
+      [1, 'failed'],
+      [2, 'timed_out'],
+      [3, 'succeeded'],
+    ]);
+
+    // A success row written before this change is shown, never twice.
+    await t.db.query(
+      `insert into task_attempts (task_id, attempt, epoch, outcome, started_at, finished_at)
+       select id, attempts, lease_epoch, 'succeeded', started_at, finished_at from tasks where id = $1::bigint`,
+      [plain!.task!.id],
+    );
+    expect((await attempts(plain!.task!.id)).body.attempts).toHaveLength(1);
+  });
+
+  it('a success with an http status keeps its row, so the history shows the status', async () => {
+    const [r] = await h.enqueue({ task: 'returns', payload: { value: 1 } }, { now: T0 });
+    await h.sweep({ now: T0 });
+    const [m] = h.outbox.take();
+    const { epoch } = m!.body as { epoch: number };
+    // What the consumer reports for an http task: the response's status.
+    await startIfClaimed(t.db, { now: T0, tasks: [{ id: r!.task!.id, epoch }], leaseGraceSeconds: 30 });
+    await finishIfRunning(t.db, { now: at(1), results: [{ id: r!.task!.id, epoch, outcome: 'succeeded', error: null, retryDelayMs: null, httpStatus: 204 }] });
+    expect((await listAttempts(t.db, 'acme', r!.task!.id))!.attempts).toEqual([
+      { attempt: 1, epoch, outcome: 'succeeded', startedAt: T0, finishedAt: at(1), error: null, httpStatus: 204 },
+    ]);
   });
 
   it('error name and message are cut to 2 KiB together, NUL replaced', async () => {

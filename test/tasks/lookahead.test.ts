@@ -7,6 +7,7 @@ import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Db } from '../../src/db/seam.ts';
 import { fireOccurrences, lockDueSchedules } from '../../src/db/sql/schedules.ts';
+import { listAttempts } from '../../src/db/sql/attempts.ts';
 import { getTask } from '../../src/db/sql/tasks-read.ts';
 import { startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
@@ -188,9 +189,7 @@ describe('a message delivered before its run_at (the Queue rounds the delay down
     expect(runs).toEqual([{ id, payload: { v: 1 }, epoch: 1, attempt: 1 }]);
     expect(await getTask(t.db, 'acme', id)).toMatchObject({ status: 'succeeded', startedAt: at(30), attempts: 1 });
     // The wait is no attempt: the history holds the one run, not a skipped message before it.
-    expect(await t.db.query(`select attempt, outcome from task_attempts where task_id = $1::bigint order by finished_at`, [id])).toEqual([
-      { attempt: 1, outcome: 'succeeded' },
-    ]);
+    expect((await listAttempts(t.db, 'acme', id))!.attempts.map((a) => [a.attempt, a.outcome])).toEqual([[1, 'succeeded']]);
   });
 
   it('a reschedule by key in that window answers 200 (not deduplicated); the task runs once, at the new time, with the new payload', async () => {

@@ -22,11 +22,24 @@ export const MAX_ATTEMPTS_LISTED = 1000;
 /**
  * A task's attempts, oldest first; one row with nulls when the task exists
  * and has none, no row when the tenant has no such task (guard: the tenant).
+ *
+ * success_from_task_row: the finish writes no row for a success without an
+ * http status (issue 12); that attempt is the succeeded task's own final one
+ * (its attempts, epoch, started_at and finished_at), shown from the task row
+ * unless a row for it exists (a success finished by an earlier release, or
+ * with an http status).
  */
 const taskAttemptsList = sql(
   'task_attempts_list',
   `select t.task, a.attempt, a.epoch, a.outcome, a.started_at, a.finished_at, a.error_name, a.error_message, a.http_status
-   from tasks t left join task_attempts a on a.task_id = t.id
+   from tasks t left join lateral (
+     select r.attempt, r.epoch, r.outcome, r.started_at, r.finished_at, r.error_name, r.error_message, r.http_status
+     from task_attempts r where r.task_id = t.id
+     union all
+     select t.attempts, t.lease_epoch, 'succeeded', t.started_at, t.finished_at, null, null, null
+     where t.status = 'succeeded'
+       and not exists (select 1 from task_attempts s where s.task_id = t.id and s.outcome = 'succeeded')
+   ) a on true
    where t.tenant = $1::text and t.id = $2::bigint
    order by a.finished_at, a.epoch
    limit $3::int`,

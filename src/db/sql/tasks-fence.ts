@@ -323,12 +323,17 @@ const tasksFinishIfRunning = sql(
    ${countPendingOf('pending_counted', '-', "(select tenant from finished where status in ('succeeded', 'dead'))")},
    -- Attempt history (migration 0017): one row per finish applied (the
    -- update's own rows, no join), none for a result that lost its fence.
+   -- success_is_the_task_row: a success with no http status writes none
+   -- either (issue 12: 274 B of WAL and an insert per drained task): its
+   -- attempt is the task's own final one, and the read shows it from the
+   -- task row (task_attempts_list).
    attempts_written as (
      insert into task_attempts (task_id, attempt, epoch, outcome, started_at, finished_at, error_name, error_message, http_status)
      select f.id, f.attempts, f.epoch,
             case when f.outcome = 'succeeded' then 'succeeded' when f.timed_out then 'timed_out' else 'failed' end,
             f.attempt_started_at, f.now, f.error_name, f.error_message, f.http_status
      from finished f
+     where f.outcome <> 'succeeded' or f.http_status is not null
    )
    select f.id, null::bigint as epoch, f.status, f.run_at, null::bigint as current_epoch, null::text as current_status
    from finished f cross join slots_freed
