@@ -10,7 +10,7 @@ import { delta, sampleWaits, snapshot } from './pgstats.ts';
 import type { Ctx } from './context.ts';
 import { databaseOf } from './server.ts';
 import { cpuBetween } from './cpu.ts';
-import type { Settings } from './settings.ts';
+import { benchPayload, type Settings } from './settings.ts';
 import { sleep } from './stats.ts';
 
 const quiet = new Logger(() => (level, message) => {
@@ -71,7 +71,7 @@ export async function graphileEnqueue(ctx: Ctx, mode: 'single' | 'batch', count?
     const t0 = performance.now();
     if (mode === 'batch') {
       for (let i = 0; i < n; i += s.batchSize) {
-        await u.addJobs(Array.from({ length: Math.min(s.batchSize, n - i) }, (_, k) => ({ identifier: 'noop', payload: { n: i + k } })));
+        await u.addJobs(Array.from({ length: Math.min(s.batchSize, n - i) }, (_, k) => ({ identifier: 'noop', payload: benchPayload(i + k) })));
       }
     } else {
       let next = 0;
@@ -100,7 +100,7 @@ export async function graphileDrain(ctx: Ctx): Promise<PeerDrainResult> {
   const u = await utils(url);
   try {
     for (let i = 0; i < s.tasks; i += s.batchSize) {
-      await u.addJobs(Array.from({ length: Math.min(s.batchSize, s.tasks - i) }, (_, k) => ({ identifier: 'noop', payload: { n: i + k } })));
+      await u.addJobs(Array.from({ length: Math.min(s.batchSize, s.tasks - i) }, (_, k) => ({ identifier: 'noop', payload: benchPayload(i + k) })));
     }
   } finally {
     await u.release();

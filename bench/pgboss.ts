@@ -8,7 +8,7 @@ import { delta, sampleWaits, snapshot } from './pgstats.ts';
 import type { Ctx } from './context.ts';
 import { databaseOf } from './server.ts';
 import { cpuBetween } from './cpu.ts';
-import type { Settings } from './settings.ts';
+import { benchPayload, type Settings } from './settings.ts';
 import { sleep } from './stats.ts';
 
 const QUEUE = 'bench';
@@ -60,7 +60,7 @@ export async function pgbossEnqueue(ctx: Ctx, mode: 'single' | 'batch', count?: 
     const t0 = performance.now();
     if (mode === 'batch') {
       for (let i = 0; i < n; i += s.batchSize) {
-        const jobs = Array.from({ length: Math.min(s.batchSize, n - i) }, (_, k) => ({ data: { n: i + k } }));
+        const jobs = Array.from({ length: Math.min(s.batchSize, n - i) }, (_, k) => ({ data: benchPayload(i + k) }));
         await boss.insert(QUEUE, jobs);
       }
     } else {
@@ -69,7 +69,7 @@ export async function pgbossEnqueue(ctx: Ctx, mode: 'single' | 'batch', count?: 
         Array.from({ length: s.singleConcurrency }, async () => {
           while (next < n) {
             const i = next++;
-            await boss.send(QUEUE, { n: i });
+            await boss.send(QUEUE, benchPayload(i));
           }
         }),
       );
@@ -111,7 +111,7 @@ export async function pgbossDrain(ctx: Ctx, finishedRows = 0): Promise<PeerDrain
   try {
     await seedCompleted(url, finishedRows);
     for (let i = 0; i < s.tasks; i += s.batchSize) {
-      await boss.insert(QUEUE, Array.from({ length: Math.min(s.batchSize, s.tasks - i) }, (_, k) => ({ data: { n: i + k } })));
+      await boss.insert(QUEUE, Array.from({ length: Math.min(s.batchSize, s.tasks - i) }, (_, k) => ({ data: benchPayload(i + k) })));
     }
     if ((await countJobs(url, `state = 'created'`)) !== s.tasks) throw new Error('pg-boss drain set-up: jobs missing');
     const tables = ['pgboss.job_common'];

@@ -27,7 +27,7 @@ import { delta, sampleWaits, snapshot, type Delta } from './pgstats.ts';
 import type { Ctx } from './context.ts';
 import { cpuBetween, type CpuUse } from './cpu.ts';
 import { databaseOf, withClient } from './server.ts';
-import type { Settings } from './settings.ts';
+import { benchPayload, type Settings } from './settings.ts';
 import { percentile, sleep } from './stats.ts';
 
 export type { Ctx };
@@ -43,7 +43,7 @@ async function countTasks(url: string, where: string): Promise<number> {
 }
 
 export function noopInputs(n: number): TaskInput[] {
-  return Array.from({ length: n }, (_, i) => ({ task: 'noop', payload: { n: i } }));
+  return Array.from({ length: n }, (_, i) => ({ task: 'noop', payload: benchPayload(i) }));
 }
 
 export async function enqueueAll(db: Db, inputs: readonly TaskInput[], batch: number, tenant = BENCH_TENANT): Promise<void> {

@@ -79,6 +79,8 @@ export interface Settings {
   fairnessLate: number;
   /** Tasks left running under the fenced-writes workload (issue 12). */
   fencedRunning: number;
+  /** Bytes of padding in every enqueue and drain payload, every system alike (0: `{n}` alone). */
+  payloadBytes: number;
   systems: SystemName[];
   phases: PhaseName[];
   /** pg-boss work(): documented batch settings. */
@@ -117,6 +119,7 @@ export function readSettings(): Settings {
     fairnessBacklog: int('BENCH_FAIRNESS_BACKLOG', 3_000, 100),
     fairnessLate: int('BENCH_FAIRNESS_LATE', 300, 10),
     fencedRunning: int('BENCH_RUNNING', 10_000, 100),
+    payloadBytes: payloadBytes(),
     systems: systems as SystemName[],
     phases: phases as PhaseName[],
     pgboss: {
@@ -135,4 +138,19 @@ export function readSettings(): Settings {
       pollInterval: int('BENCH_GRAPHILE_POLL_MS', 500, 100),
     },
   };
+}
+
+/**
+ * BENCH_PAYLOAD_BYTES: a payload of production size. Real payloads (an http
+ * task's url, headers and body) run to hundreds of bytes; the default `{n}` is
+ * about 20, which hides what a row's width costs every write.
+ */
+function payloadBytes(): number {
+  return int('BENCH_PAYLOAD_BYTES', 0, 0);
+}
+
+/** The payload of the n-th bench task, for every system: `{n}`, padded to BENCH_PAYLOAD_BYTES. */
+export function benchPayload(n: number): { n: number; pad?: string } {
+  const bytes = payloadBytes();
+  return bytes > 0 ? { n, pad: 'x'.repeat(bytes) } : { n };
 }
