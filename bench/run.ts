@@ -625,14 +625,19 @@ if (phase('transport') && tr && !tr.skipped) {
 const model = get<ModelResult>('model');
 if (phase('model') && model) {
   for (const r of model.runs) {
-    const starts = r.workload === 'fanout' ? `, first/last start +${fmtInt(r.firstStartMs ?? 0)}/+${fmtInt(r.lastStartMs ?? 0)} ms` : '';
+    const starts =
+      r.workload === 'fanout'
+        ? `, started ${fmtInt(r.startedPerSecond ?? 0)}/s after due, first/last start +${fmtInt(r.firstStartMs ?? 0)}/+${fmtInt(r.lastStartMs ?? 0)} ms`
+        : '';
+    // The fan-out's rate is its starts from the due instant: the look-ahead
+    // sends most messages before it (at `sent`/s), as it should.
     const fanoutTarget = r.workload === 'fanout' ? 'all started <= 25 s after due, >= 4,500/s' : 'p99 <= 1 s';
     const met =
       r.workload === 'fanout'
-        ? r.started === r.tasks && (r.lastStartMs ?? Infinity) <= 25_000 && r.sentPerSecond >= 4500
+        ? r.started === r.tasks && (r.lastStartMs ?? Infinity) <= 25_000 && (r.startedPerSecond ?? 0) >= 4500
         : r.started === r.tasks && r.dueToStartP99Ms <= 1000;
     rows.push({
-      workload: `10. model ${r.workload} (${fmtInt(r.tasks)}), ${r.design}, ${r.shards} shard(s), ${model.roundTripMs} ms RTT`,
+      workload: `10. model ${r.workload} (${fmtInt(r.tasks)}), ${r.design}, ${r.shards} shard(s), ${model.roundTripMs} ms RTT, ${model.consumers} consumers/shard, ${model.pooled ? 'pooled' : 'direct'}`,
       project: `sent ${fmtInt(r.sentPerSecond)}/s, finished ${fmtInt(r.finishedPerSecond)}/s${starts}; due-to-start p50 ${fmtInt(r.dueToStartP50Ms)} ms, p99 ${fmtInt(r.dueToStartP99Ms)} ms; ${fmtInt(r.transactionsPerSecond)} xact/s, ${r.connections} connections (peak ${r.peakBackends}), ${r.pumpsSent} pumps`,
       pgboss: '',
       graphile: '',
