@@ -36,7 +36,20 @@ export interface CpuSnapshot {
   bench: number;
   proxy: number;
   postgres: number;
+  /** Every process on the machine (/proc/stat: all but idle and iowait), CPU seconds. */
+  machine: number;
   at: number;
+}
+
+function machineBusySeconds(): number {
+  try {
+    const cpu = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal (guest time is inside user)
+    const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = cpu;
+    return (user + nice + system + irq + softirq + steal) / TICKS;
+  } catch {
+    return NaN;
+  }
 }
 
 export function createCpuMeter(serverUrl: string, proxyPid: number | undefined): () => CpuSnapshot {
@@ -45,7 +58,7 @@ export function createCpuMeter(serverUrl: string, proxyPid: number | undefined):
   return () => {
     const at = performance.now();
     const bench = (process.cpuUsage().user + process.cpuUsage().system) / 1e6;
-    if (process.platform !== 'linux') return { bench, proxy: NaN, postgres: NaN, at };
+    if (process.platform !== 'linux') return { bench, proxy: NaN, postgres: NaN, machine: NaN, at };
     master ??= postmasterPid(port);
     let postgres = NaN;
     if (master !== null) {
@@ -57,7 +70,7 @@ export function createCpuMeter(serverUrl: string, proxyPid: number | undefined):
       }
     }
     const proxy = proxyPid === undefined ? NaN : (procStat(proxyPid)?.cpu ?? NaN);
-    return { bench, proxy, postgres, at };
+    return { bench, proxy, postgres, machine: machineBusySeconds(), at };
   };
 }
 
@@ -66,8 +79,15 @@ export interface CpuUse {
   bench: number;
   proxy: number;
   postgres: number;
+  machine: number;
 }
 
 export function cpuBetween(a: CpuSnapshot, b: CpuSnapshot): CpuUse {
-  return { wallSeconds: (b.at - a.at) / 1000, bench: b.bench - a.bench, proxy: b.proxy - a.proxy, postgres: b.postgres - a.postgres };
+  return {
+    wallSeconds: (b.at - a.at) / 1000,
+    bench: b.bench - a.bench,
+    proxy: b.proxy - a.proxy,
+    postgres: b.postgres - a.postgres,
+    machine: b.machine - a.machine,
+  };
 }

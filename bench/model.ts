@@ -23,6 +23,7 @@ import { createLogger } from '../src/log.ts';
 import { startDelayProxy } from '../scripts/delay-proxy.ts';
 import type { Ctx } from './context.ts';
 import { benchRegistry, migrateProject, openProjectDb } from './core.ts';
+import { cpuBetween, type CpuUse } from './cpu.ts';
 import { startPgBouncer } from './pooler.ts';
 import { withClient } from './server.ts';
 import { progress, sleep } from './stats.ts';
@@ -62,6 +63,8 @@ export interface ModelRun {
   peakBackends: number;
   pumpsSent: number;
   wallSeconds: number;
+  /** CPU seconds over the run: Postgres (its backends), the bench process (the Workers' code), the whole machine. */
+  cpu: CpuUse;
 }
 
 export interface ModelResult {
@@ -283,6 +286,10 @@ async function runOne(
   const xactBefore = await xact();
   const connectsBefore = delay.accepted();
   const began = performance.now();
+  // The fan-out's window opens at its due instant (before it, the look-ahead only claims and sends).
+  let cpu0 = ctx.cpu();
+  const cpuAtDue =
+    o.workload === 'fanout' ? setTimeout(() => (cpu0 = ctx.cpu()), Math.max(0, dueAt - (await dbNow()))) : undefined;
   const loops = q.shards.map((s) => consumerLoop(s));
   let peakBackends = 0;
   const sampler = (async () => {
@@ -339,6 +346,9 @@ async function runOne(
     await sleep(500);
   }
   const wallSeconds = (performance.now() - began) / 1000;
+  // Before any backend exits: an exited backend takes its counters with it.
+  clearTimeout(cpuAtDue);
+  const cpu = cpuBetween(cpu0, ctx.cpu());
   stopped = true;
   await Promise.all([...loops, sampler, cron]);
   await Promise.all([...pendingWork]);
@@ -385,5 +395,6 @@ async function runOne(
     peakBackends,
     pumpsSent: q.pumps(),
     wallSeconds: Math.round(wallSeconds),
+    cpu,
   };
 }

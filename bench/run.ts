@@ -638,7 +638,7 @@ if (phase('model') && model) {
         : r.started === r.tasks && r.dueToStartP99Ms <= 1000;
     rows.push({
       workload: `10. model ${r.workload} (${fmtInt(r.tasks)}), ${r.design}, ${r.shards} shard(s), ${model.roundTripMs} ms RTT, ${model.consumers} consumers/shard, ${model.pooled ? 'pooled' : 'direct'}`,
-      project: `sent ${fmtInt(r.sentPerSecond)}/s, finished ${fmtInt(r.finishedPerSecond)}/s${starts}; due-to-start p50 ${fmtInt(r.dueToStartP50Ms)} ms, p99 ${fmtInt(r.dueToStartP99Ms)} ms; ${fmtInt(r.transactionsPerSecond)} xact/s, ${r.connections} connections (peak ${r.peakBackends}), ${r.pumpsSent} pumps`,
+      project: `sent ${fmtInt(r.sentPerSecond)}/s, finished ${fmtInt(r.finishedPerSecond)}/s${starts}; due-to-start p50 ${fmtInt(r.dueToStartP50Ms)} ms, p99 ${fmtInt(r.dueToStartP99Ms)} ms; ${fmtInt(r.transactionsPerSecond)} xact/s, ${r.connections} connections (peak ${r.peakBackends}), ${r.pumpsSent} pumps; cores busy: machine ${fmt2(r.cpu.machine / r.cpu.wallSeconds)} of ${results.machine.cores}, Postgres ${fmt2(r.cpu.postgres / r.cpu.wallSeconds)}, Workers ${fmt2(r.cpu.bench / r.cpu.wallSeconds)}`,
       pgboss: '',
       graphile: '',
       target: fanoutTarget,
