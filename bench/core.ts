@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { loadMigrations } from '../scripts/migrations.ts';
 import { openNodeDb } from '../scripts/node-db.ts';
 import { taskTypes } from '../functions/tasks.ts';
+import { createPgDb } from '../src/db/pg.ts';
 import { defaultConfig, type Config } from '../src/config.ts';
 import { consumeBatch } from '../src/consume/consume.ts';
 import { migrate } from '../src/db/migrate.ts';
@@ -48,8 +49,18 @@ export function benchRegistry(config: Config, extra: ReturnType<typeof defineTas
 
 export const benchConfig: Config = { ...defaultConfig };
 
+/**
+ * BENCH_TRANSPORT: `neon` (default), the Neon driver over the WebSocket proxy;
+ * `hyperdrive`, `pg` over TCP, as Hyperdrive's local mode connects and as the
+ * peers connect (the recommended production transport, issue 14).
+ */
+export const benchTransport: 'neon' | 'hyperdrive' = process.env.BENCH_TRANSPORT === 'hyperdrive' ? 'hyperdrive' : 'neon';
+
 export async function openProjectDb(url: string, proxy: string, maxConnections = 1): Promise<Db> {
-  const db = await openNodeDb(url, { wsProxy: proxy, maxConnections, applicationName: 'bench-project' });
+  const db =
+    benchTransport === 'hyperdrive'
+      ? createPgDb({ connectionString: url, maxConnections, applicationName: 'bench-project', statementTimeoutMs: 0 })
+      : await openNodeDb(url, { wsProxy: proxy, maxConnections, applicationName: 'bench-project' });
   await db.query('select 1');
   return db;
 }

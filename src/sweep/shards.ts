@@ -20,18 +20,19 @@ export function shardOf(id: string, shards: number): number {
 
 type Sendable<T> = { body: T; delaySeconds?: number };
 
-/** One TaskSender over several Queues: each message to its task's shard, in sendBatch calls of at most 100, the shards in parallel. */
+/** One TaskSender over several Queues: each message to its task's shard, in sendBatch calls of at most 100, all at once. */
 export function createShardedSender(shards: readonly TaskSender[]): TaskSender & PumpSender {
   if (shards.length === 0) throw new Error('at least one Queue shard is needed');
   let nextPump = 0;
   const sendGrouped = async <T>(groups: Sendable<T>[][]) => {
-    await Promise.all(
-      groups.map(async (group, shard) => {
-        for (let i = 0; i < group.length; i += QUEUE_SEND_LIMIT) {
-          await (shards[shard] as { sendBatch(m: Sendable<T>[]): Promise<unknown> }).sendBatch(group.slice(i, i + QUEUE_SEND_LIMIT));
-        }
-      }),
-    );
+    const sends: Promise<unknown>[] = [];
+    groups.forEach((group, shard) => {
+      for (let i = 0; i < group.length; i += QUEUE_SEND_LIMIT) {
+        sends.push((shards[shard] as { sendBatch(m: Sendable<T>[]): Promise<unknown> }).sendBatch(group.slice(i, i + QUEUE_SEND_LIMIT)));
+      }
+    });
+    const failed = (await Promise.allSettled(sends)).find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
   };
   return {
     async sendBatch(messages: Iterable<Sendable<TaskMessage | PumpMessage>>) {

@@ -111,6 +111,51 @@ describe('cut off in the sweep', () => {
   });
 });
 
+describe('a claim larger than one sendBatch (SWEEP_BATCH_SIZE 500, sent 100 at a time, all at once)', () => {
+  it('S15 in part: one send refused, every claim is given back once all its sends settled; what went out is skipped as stale', async () => {
+    const big = createHarness(t.db, { handlers: [countTask], config: { sweepBatchSize: 250 } });
+    await big.enqueue(Array.from({ length: 250 }, () => ({ task: 'count' })), { now: T0 });
+    const accepted: { body: unknown }[] = [];
+    const running = async () =>
+      (await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status = 'running'`))[0]!.n;
+    let runningWhenSlowSendEnded = -1;
+    let call = 0;
+    const partial = {
+      async sendBatch(messages: Iterable<{ body: unknown }>) {
+        const batch = [...messages];
+        const n = ++call;
+        if (n === 2) throw new Error('queue refused one batch');
+        // The first send is still in flight when the second fails: the claims
+        // must not be given back under it.
+        if (n === 1) {
+          await new Promise((resolve) => setTimeout(resolve, 200));
+          runningWhenSlowSendEnded = await running();
+        }
+        accepted.push(...batch);
+      },
+    };
+    await expect(big.sweep({ now: T0, sender: partial })).rejects.toThrow('queue refused one batch');
+    expect(call).toBe(3); // 100 + 100 + 50, sent side by side
+    expect(runningWhenSlowSendEnded).toBe(250);
+    expect(await running()).toBe(0);
+    expect(
+      await t.db.query(`select status, attempts, count(*)::int as n from tasks group by 1, 2`),
+    ).toEqual([{ status: 'queued', attempts: 0, n: 250 }]);
+
+    // The 150 messages that went out find their tasks given back: skipped, nothing runs.
+    expect(accepted).toHaveLength(150);
+    const out = await big.consume(accepted.map((m) => m.body), { now: at(1) });
+    expect(out.results).toEqual([]);
+    expect(runs.size).toBe(0);
+
+    // The next sweep sends them all; each runs once.
+    await big.drain({ now: at(2) });
+    expect(runs.size).toBe(250);
+    expect([...runs.values()].every((n) => n === 1)).toBe(true);
+    await expectOneCompletion(t.db);
+  });
+});
+
 describe('cut off in the consumer', () => {
   it('after the start, before the handlers: the attempt counts as failed and the task retries', async () => {
     const id = await enqueue();
