@@ -21,6 +21,7 @@ import {
   latencySummary,
   projectDrain,
   projectEnqueueBatch,
+  DRAIN_FLOWS,
   type DrainFlow,
   projectFairness,
   projectLatency,
@@ -189,8 +190,8 @@ try {
   // the shared machine hits all three alike.
   if (phase('flow') && has('project')) {
     await attempt('flow.project', async () => {
-      const flows = (process.env.BENCH_FLOWS ?? 'plain,keyed,rated').split(',') as DrainFlow[];
-      const runs: Record<DrainFlow, DrainResult[]> = { plain: [], keyed: [], rated: [] };
+      const flows = (process.env.BENCH_FLOWS ?? DRAIN_FLOWS.join(',')).split(',') as DrainFlow[];
+      const runs = Object.fromEntries(DRAIN_FLOWS.map((f) => [f, [] as DrainResult[]])) as Record<DrainFlow, DrainResult[]>;
       for (let rep = 0; rep <= settings.reps; rep++) {
         for (const flow of flows) {
           const r = await projectDrain(ctx, 0, flow);
@@ -472,10 +473,11 @@ const flow = get<Partial<Record<DrainFlow, Rated>>>('flow.project');
 if (phase('flow')) {
   const keyed = ratio(flow?.keyed?.rate, flow?.plain?.rate);
   const rated = ratio(flow?.rated?.rate, flow?.plain?.rate);
+  const rated1 = ratio(flow?.rated1?.rate, flow?.plain?.rate);
   rows.push({
-    workload: `2c. drain ${fmtInt(settings.tasks)} with flow control on every task (tasks/s): plain; one concurrency key (limit 1,000); one rate limit that never binds (10,000/s)`,
+    workload: `2c. drain ${fmtInt(settings.tasks)} with flow control on every task (tasks/s): plain; one concurrency key (limit 1,000); rate limits that never bind (4 keys of 10,000/s); one key of 10,000/s`,
     project: flow
-      ? `${range(flow.plain?.rate)}; keyed ${range(flow.keyed?.rate)} (${x(keyed)}); rated ${range(flow.rated?.rate)} (${x(rated)})`
+      ? `${range(flow.plain?.rate)}; keyed ${range(flow.keyed?.rate)} (${x(keyed)}); rated ${range(flow.rated?.rate)} (${x(rated)}); one rated key ${range(flow.rated1?.rate)} (${x(rated1)})`
       : 'n/a',
     pgboss: '',
     graphile: '',
