@@ -10,7 +10,8 @@
 // BENCH_MODEL_CONSUMERS concurrent invocations per shard) and the cron (one
 // tick a minute), and Neon's pooled endpoint (PgBouncer beside Postgres,
 // behind the delay; BENCH_MODEL_POOLER=0 for direct connections).
-// BENCH_MODEL_DISPATCHERS sets MAX_DISPATCHERS of the parallel design (4).
+// BENCH_MODEL_DISPATCHERS sets MAX_DISPATCHERS of the parallel design (4);
+// KICK_INTERVAL_MS, when set, reaches the Workers' config as a var would.
 // BENCHMARKS.md explains the parameters.
 import { handleScheduled } from '../functions/cron.ts';
 import { sharedFor, tasksQueue } from '../functions/deps.ts';
@@ -200,6 +201,7 @@ async function runOne(
     DATABASE_TRANSPORT: 'neon',
     ADMIN_TOKEN: 'model',
     LOG_LEVEL: 'error',
+    ...(process.env.KICK_INTERVAL_MS ? { KICK_INTERVAL_MS: process.env.KICK_INTERVAL_MS } : {}),
     MAX_DISPATCHERS: o.design === 'parallel' ? String(o.dispatchers) : '0',
     QUEUE_SHARDS: String(o.shards),
     TASKS: q.bindings[0],

@@ -17,7 +17,7 @@ import type { Db } from '../db/seam.ts';
 import type { Logger } from '../log.ts';
 import type { EnqueueResult } from '../tasks/enqueue.ts';
 import type { PumpSender, TaskSender } from '../queue/messages.ts';
-import { sendClaimed, sendPumps } from './sweep.ts';
+import { isBacklog, sendClaimed, sendPumps } from './sweep.ts';
 
 export interface KickDeps {
   db: Db;
@@ -103,11 +103,11 @@ export function createKicker(options: {
         counts.claimed += r.claimed;
         if (r.busy) counts.busy += 1;
         // A full batch: more is waiting than one kick a round can keep up with; the pumps take it (once per run).
-        if (!fannedOut && r.picked >= deps.config.sweepBatchSize && deps.pumps && deps.config.maxDispatchers > 0) {
+        if (!fannedOut && isBacklog(deps.config, r.picked) && deps.pumps && deps.config.maxDispatchers > 0) {
           fannedOut = true;
           await sendPumps({ ...deps, workerId: 'kick' }, deps.config.maxDispatchers);
         }
-        const more = state.again || r.busy || r.picked >= deps.config.sweepBatchSize;
+        const more = state.again || r.busy || isBacklog(deps.config, r.picked);
         if (!more || counts.rounds >= MAX_KICK_ROUNDS) break;
       }
     } catch (error) {

@@ -130,6 +130,19 @@ export async function sendClaimed(deps: SweepDeps, queue: string, claimed: Claim
 }
 
 /**
+ * Whether a claim that picked `picked` tasks (claimed or parked) found a
+ * backlog, so its queue is claimed again at once (the dispatch pass, the
+ * kick's rounds, the pumps): a batch of SWEEP_BATCH_SIZE, or at least one
+ * sendBatch's worth (100). Not the whole 500: under a steady 2,000 enqueues/s
+ * a dispatcher's claim finds ~160; read as "no backlog", the pumps left and
+ * the kick's interval set the pace (production model, due-to-start p50 /
+ * p99: 833 / 1,361 ms, against 575 / 933 ms with this threshold).
+ */
+export function isBacklog(config: Config, picked: number): boolean {
+  return picked >= Math.min(config.sweepBatchSize, QUEUE_SEND_LIMIT);
+}
+
+/**
  * Claims and dispatches runnable work of the given queues (all claimable
  * queues when omitted) until they run dry or the deadline passes. Queues take
  * turns: each pass gives every queue at most one claim batch, round-robin,
@@ -167,7 +180,7 @@ export async function dispatchRunnable(
       total.lost += c.lost;
       // Tasks parked over their concurrency limit left the runnable index: the
       // batch was full, and the queue may hold more runnable work behind them.
-      if (c.claimed + c.parked >= deps.config.sweepBatchSize) next.push(queue);
+      if (isBacklog(deps.config, c.claimed + c.parked)) next.push(queue);
     }
     if (next.length > 0 && options.onBacklog) {
       await options.onBacklog();

@@ -229,8 +229,9 @@ describe('bounds', () => {
     // One start and one finish per Queue batch of up to 100.
     expect(counted.counts.byName).toEqual({ tasks_start_if_claimed: 3, tasks_finish_if_running: 3 });
     // the probe (issue 13), reap, due schedules, promote, wake parked tasks of keys
-    // with room (issue 16), list queues, one claim of 250 (< the batch of 500), one mark, purge
-    // (tasks, then idle flow-control keys in two)
+    // with room (issue 16), list queues, one claim of 250 (less than the batch of
+    // 500, but a backlog: at least one sendBatch's worth) and one that finds the
+    // queue empty, one mark, purge (tasks, then idle flow-control keys in two)
     expect(sweepCounts).toEqual({
       sweep_probe_due_work: 1,
       tasks_reap_expired: 1,
@@ -238,7 +239,7 @@ describe('bounds', () => {
       tasks_promote_due: 1,
       tasks_wake_parked: 1,
       queues_list_claimable: 1,
-      tasks_claim_runnable: 1,
+      tasks_claim_runnable: 2,
       dispatch_marks_insert: 1,
       tasks_purge_finished: 1,
       concurrency_slots_lock_idle: 1,

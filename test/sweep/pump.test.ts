@@ -92,6 +92,27 @@ describe('fan-out and re-arm', () => {
     expect((await h.sweep({ now: at(1), pumps: true })).pumps).toBe(0);
   });
 
+  it('with claims of 500, a pump carries on while each claim finds at least a sendBatch (100): work arriving meanwhile goes out in the same run', async () => {
+    const h = harness({ sweepBatchSize: 500, pumpTimeBudgetMs: 60_000 });
+    const first = await backlog(h, 150);
+    const later: string[] = [];
+    // 150 more arrive while the pump sends its first claim (a steady stream: no claim fills 500).
+    let arriving: Promise<void> | undefined;
+    const sender: TaskSender = {
+      async sendBatch(messages) {
+        arriving ??= backlog(h, 150).then((ids) => void later.push(...ids));
+        await arriving;
+        return h.outbox.sendBatch(messages);
+      },
+    };
+    const pumped = await h.pump({ now: T0, sender });
+    expect(pumped).toMatchObject({ claimed: 300, dispatched: 300 });
+    expect(new Set(h.outbox.take().map((m) => (m.body as TaskMessage).id))).toEqual(new Set([...first, ...later]));
+    // What a claim finds below a sendBatch is no backlog: the pump stops there.
+    await backlog(h, 99);
+    expect(await h.pump({ now: T0 })).toMatchObject({ claimed: 99 });
+  });
+
   it('a sweep whose batches do not fill sends no pump', async () => {
     const h = harness();
     await backlog(h, 9);
