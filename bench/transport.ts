@@ -12,6 +12,15 @@
 //    as a ratio to the same server's no-database route (GET /nodb, a 404
 //    answered before any database work) in the same run.
 // Skipped, with a message, where PgBouncer is not installed.
+//
+// Knobs: BENCH_RTT_MS, BENCH_TRANSPORT_LATENCY_REQUESTS (200),
+// BENCH_TRANSPORT_REQUESTS (500 per throughput run), BENCH_TRANSPORTS
+// (`neon,hyperdrive`; one of them for a shorter run), and
+// BENCH_TRANSPORT_PROFILE=<file.cpuprofile>: a CPU profile of workerd over the
+// Hyperdrive path's one-tenant throughput run (bench/profile.ts), its top
+// functions printed.
+import { copyFile, readdir, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import ws from 'ws';
 import { startDelayProxy, type DelayProxy } from '../scripts/delay-proxy.ts';
 import { defaultConfig, type Config } from '../src/config.ts';
@@ -28,6 +37,8 @@ import { taskTypes } from '../functions/tasks.ts';
 import type { Ctx } from './context.ts';
 import { migrateProject, openProjectDb } from './core.ts';
 import { startPgBouncer, type Pooler } from './pooler.ts';
+import { startProfiler, summarizeProfile } from './profile.ts';
+import { root } from './server.ts';
 import { percentile, progress } from './stats.ts';
 import { startWorkerDev } from './worker-http.ts';
 
@@ -101,6 +112,19 @@ async function countRoundTrips(open: Record<TransportName, () => Db>, keys: stri
   return out;
 }
 
+/** The bundle `wrangler dev` is running (it builds into .wrangler/tmp/dev-* beside its config), or null. */
+async function newestDevBundle(wranglerDir: string): Promise<string | null> {
+  const found: { path: string; mtime: number }[] = [];
+  for (const dir of [join(wranglerDir, '.wrangler/tmp'), join(root, '.wrangler/tmp')]) {
+    for (const name of await readdir(dir).catch(() => [] as string[])) {
+      const path = join(dir, name, 'index.js');
+      const s = await stat(path).catch(() => null);
+      if (name.startsWith('dev-') && s) found.push({ path, mtime: s.mtimeMs });
+    }
+  }
+  return found.sort((a, b) => b.mtime - a.mtime)[0]?.path ?? null;
+}
+
 async function timed<T>(fn: () => Promise<T>): Promise<number> {
   const t0 = performance.now();
   await fn();
@@ -111,6 +135,8 @@ export async function runTransport(ctx: Ctx): Promise<TransportResult> {
   const roundTripMs = int('BENCH_RTT_MS', 30);
   const latencyRequests = int('BENCH_TRANSPORT_LATENCY_REQUESTS', 200);
   const throughputRequests = int('BENCH_TRANSPORT_REQUESTS', 500);
+  const transports = (process.env.BENCH_TRANSPORTS || 'neon,hyperdrive').split(',').map((t) => t.trim()) as TransportName[];
+  const profileFile = process.env.BENCH_TRANSPORT_PROFILE || '';
   const result: TransportResult = { roundTripMs, roundTrips: {}, latency: {} as never, throughput: {} as never };
 
   const databaseUrl = await ctx.server.freshDatabase('bench_transport');
@@ -146,12 +172,14 @@ export async function runTransport(ctx: Ctx): Promise<TransportResult> {
     progress('transport: round trips per route');
     result.roundTrips = await countRoundTrips(open, keys);
 
-    for (const transport of ['neon', 'hyperdrive'] as const) {
+    for (const transport of (['neon', 'hyperdrive'] as const).filter((t) => transports.includes(t))) {
       progress(`transport: wrangler dev over ${transport}, ${roundTripMs} ms round trip to the database`);
       const w = await startWorkerDev(ctx, {
         databaseUrl,
         workerDatabaseUrl: neonUrl,
         ...(transport === 'hyperdrive' ? { hyperdriveUrl } : {}),
+        // Readable names in the profile; minified, a function is `dN index.js:790`.
+        ...(profileFile ? { args: ['--minify=false'] } : {}),
       });
       try {
         const health = (await (await fetch(`${w.url}/healthz`)).json()) as { transport?: string };
@@ -187,7 +215,18 @@ export async function runTransport(ctx: Ctx): Promise<TransportResult> {
           return (throughputRequests * 1000) / ms;
         };
         const noDbRps = await rate(() => noDb());
+        const profiler = profileFile && transport === 'hyperdrive' ? await startProfiler(w.inspectorPort) : null;
         const oneTenantRps = await rate(() => enqueue(keys[0]!));
+        if (profiler) {
+          const profile = await profiler.stop();
+          await writeFile(profileFile, JSON.stringify(profile));
+          // The bundle beside it (wrangler removes its copy at exit): line numbers map to modules by its `// path` comments.
+          const bundle = await newestDevBundle(w.dir);
+          if (bundle) await copyFile(bundle, `${profileFile}.bundle.js`);
+          const { lines, sampledMs, idle } = summarizeProfile(profile, 40);
+          progress(`transport: CPU profile of ${throughputRequests} enqueues (${sampledMs.toFixed(0)} ms sampled, idle ${idle.toFixed(1)} %) in ${profileFile}`);
+          for (const l of lines) progress(`  self ${l.self.toFixed(1).padStart(5)} %  total ${l.total.toFixed(1).padStart(5)} %  ${l.name}`);
+        }
         const tenTenantsRps = await rate((i) => enqueue(keys[i % 10]!));
         result.throughput[transport] = {
           noDbRps,

@@ -20,6 +20,9 @@ import { withClient } from './server.ts';
 
 export interface WorkerDev {
   url: string;
+  inspectorPort: number;
+  /** wrangler's directory for this run (see WranglerDev). */
+  dir: string;
   adminToken: string;
   databaseUrl: string;
   stop(): Promise<void>;
@@ -32,6 +35,8 @@ export interface WorkerDevOptions {
   workerDatabaseUrl?: string;
   /** Runs the Worker over a HYPERDRIVE binding whose local connection string is this. */
   hyperdriveUrl?: string;
+  /** More `wrangler dev` arguments (the profile runs pass --minify=false, for readable names). */
+  args?: readonly string[];
 }
 
 export async function startWorkerDev(ctx: Ctx, options: WorkerDevOptions = {}): Promise<WorkerDev> {
@@ -54,11 +59,12 @@ export async function startWorkerDev(ctx: Ctx, options: WorkerDevOptions = {}): 
       ADMIN_TOKEN: adminToken,
       SIGNING_SECRET: `whsec_${randomBytes(32).toString('base64')}`,
     },
+    args: options.args ?? [],
     ...(options.hyperdriveUrl
       ? { config: await hyperdriveConfig('bench'), env: { CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: options.hyperdriveUrl } }
       : {}),
   });
-  return { url: w.url, adminToken, databaseUrl, stop: w.stop };
+  return { url: w.url, inspectorPort: w.inspectorPort, dir: w.dir, adminToken, databaseUrl, stop: w.stop };
 }
 
 /** Empties the task tables between repetitions (the Worker keeps its DATABASE_URL). */
