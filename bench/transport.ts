@@ -11,7 +11,11 @@
 //  - single-enqueue throughput at 10 concurrent, for one tenant and for ten,
 //    as a ratio to the same server's no-database route (GET /nodb, a 404
 //    answered before any database work) in the same run.
-// Skipped, with a message, where PgBouncer is not installed.
+// Skipped, with a message, where PgBouncer is not installed. Each throughput
+// run also records CPU per request by process (workerd, wrangler's node,
+// Postgres, PgBouncer, this process with the client and the delay proxy):
+// on two cores, the sum is what bounds the rate. Postgres backends that
+// exited are not counted (the WebSocket path's, one per request).
 //
 // Knobs: BENCH_RTT_MS, BENCH_TRANSPORT_LATENCY_REQUESTS (200),
 // BENCH_TRANSPORT_REQUESTS (500 per throughput run), BENCH_TRANSPORTS
@@ -37,6 +41,7 @@ import { taskTypes } from '../functions/tasks.ts';
 import type { Ctx } from './context.ts';
 import { migrateProject, openProjectDb } from './core.ts';
 import { startPgBouncer, type Pooler } from './pooler.ts';
+import { processTreeCpu } from './cpu.ts';
 import { startProfiler, summarizeProfile } from './profile.ts';
 import { root } from './server.ts';
 import { percentile, progress } from './stats.ts';
@@ -50,13 +55,33 @@ export interface RouteTrips {
   byName: Record<string, number>;
 }
 
+/** CPU milliseconds per request: workerd, wrangler's node, Postgres (every backend), the pooler, this process (client and delay proxy). */
+export interface CpuPerRequest {
+  workerd: number;
+  wrangler: number;
+  postgres: number;
+  pooler: number;
+  bench: number;
+}
+
 export interface TransportResult {
   roundTripMs: number;
   skipped?: string;
   /** route -> transport -> counts; `before` rows run with KEY_CACHE_SECONDS=0. */
   roundTrips: Record<string, Record<TransportName, RouteTrips>>;
   latency: Record<TransportName, { p50: number; p99: number; n: number }>;
-  throughput: Record<TransportName, { noDbRps: number; oneTenantRps: number; tenTenantsRps: number; oneTenantRatio: number; tenTenantsRatio: number }>;
+  throughput: Record<
+    TransportName,
+    {
+      noDbRps: number;
+      oneTenantRps: number;
+      tenTenantsRps: number;
+      oneTenantRatio: number;
+      tenTenantsRatio: number;
+      /** CPU per request by process during each throughput run: noDb, oneTenant, tenTenants. */
+      cpuMsPerRequest: Record<string, CpuPerRequest>;
+    }
+  >;
 }
 
 const int = (name: string, fallback: number) => {
@@ -203,8 +228,21 @@ export async function runTransport(ctx: Ctx): Promise<TransportResult> {
         for (let i = 0; i < latencyRequests; i++) samples.push(await timed(() => enqueue(keys[0]!)));
         result.latency[transport] = { p50: percentile(samples, 50), p99: percentile(samples, 99), n: samples.length };
 
-        const rate = async (call: (i: number) => Promise<void>) => {
+        // CPU by process while the requests run (ms per request): what the machine's two cores are spent on.
+        const cpuNow = () => {
+          const tree = processTreeCpu(w.pid);
+          return {
+            workerd: tree.workerd ?? NaN,
+            wrangler: tree.node ?? NaN,
+            postgres: ctx.cpu().postgres,
+            pooler: transport === 'hyperdrive' ? (processTreeCpu(pooler!.pid).pgbouncer ?? NaN) : NaN,
+            bench: ctx.cpu().bench,
+          };
+        };
+        const cpu: Record<string, CpuPerRequest> = {};
+        const rate = async (label: string, call: (i: number) => Promise<void>) => {
           let next = 0;
+          const before = cpuNow();
           const ms = await timed(() =>
             Promise.all(
               Array.from({ length: 10 }, async () => {
@@ -212,11 +250,15 @@ export async function runTransport(ctx: Ctx): Promise<TransportResult> {
               }),
             ),
           );
+          const after = cpuNow();
+          cpu[label] = Object.fromEntries(
+            Object.keys(after).map((k) => [k, ((after[k as keyof CpuPerRequest] - before[k as keyof CpuPerRequest]) * 1000) / throughputRequests]),
+          ) as unknown as CpuPerRequest;
           return (throughputRequests * 1000) / ms;
         };
-        const noDbRps = await rate(() => noDb());
+        const noDbRps = await rate('noDb', () => noDb());
         const profiler = profileFile && transport === 'hyperdrive' ? await startProfiler(w.inspectorPort) : null;
-        const oneTenantRps = await rate(() => enqueue(keys[0]!));
+        const oneTenantRps = await rate('oneTenant', () => enqueue(keys[0]!));
         if (profiler) {
           const profile = await profiler.stop();
           await writeFile(profileFile, JSON.stringify(profile));
@@ -227,14 +269,21 @@ export async function runTransport(ctx: Ctx): Promise<TransportResult> {
           progress(`transport: CPU profile of ${throughputRequests} enqueues (${sampledMs.toFixed(0)} ms sampled, idle ${idle.toFixed(1)} %) in ${profileFile}`);
           for (const l of lines) progress(`  self ${l.self.toFixed(1).padStart(5)} %  total ${l.total.toFixed(1).padStart(5)} %  ${l.name}`);
         }
-        const tenTenantsRps = await rate((i) => enqueue(keys[i % 10]!));
+        const tenTenantsRps = await rate('tenTenants', (i) => enqueue(keys[i % 10]!));
         result.throughput[transport] = {
           noDbRps,
           oneTenantRps,
           tenTenantsRps,
           oneTenantRatio: oneTenantRps / noDbRps,
           tenTenantsRatio: tenTenantsRps / noDbRps,
+          cpuMsPerRequest: cpu,
         };
+        const share = (c: CpuPerRequest) =>
+          Object.entries(c)
+            .filter(([, v]) => Number.isFinite(v))
+            .map(([k, v]) => `${k} ${v.toFixed(2)}`)
+            .join(', ');
+        progress(`transport ${transport}: CPU ms per request, no-db: ${share(cpu.noDb!)}; enqueue: ${share(cpu.oneTenant!)}`);
         progress(
           `transport ${transport}: enqueue p50 ${result.latency[transport].p50.toFixed(1)} ms, p99 ${result.latency[transport].p99.toFixed(1)} ms; ` +
             `10 concurrent: ${oneTenantRps.toFixed(0)}/s one tenant, ${tenTenantsRps.toFixed(0)}/s ten tenants, no-db ${noDbRps.toFixed(0)}/s`,

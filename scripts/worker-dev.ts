@@ -58,6 +58,8 @@ export interface WranglerDev {
   inspectorPort: number;
   /** Its directory (state, log, and with `config`, the .wrangler build output). */
   dir: string;
+  /** wrangler's process (workerd runs as its descendant): the bench's CPU figures. */
+  pid: number | undefined;
   /** wrangler's and workerd's output so far (for a failure message). */
   log(): string;
   stop(): Promise<void>;
@@ -162,7 +164,7 @@ export async function startWranglerDev(options: WranglerDevOptions): Promise<Wra
     }
     await new Promise((r) => setTimeout(r, 200));
   }
-  return { url, inspectorPort, dir, log, stop };
+  return { url, inspectorPort, dir, pid: child.pid, log, stop };
 }
 
 export interface WorkerDevOptions {
