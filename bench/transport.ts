@@ -234,7 +234,8 @@ export async function runTransport(ctx: Ctx): Promise<TransportResult> {
           return {
             workerd: tree.workerd ?? NaN,
             wrangler: tree.node ?? NaN,
-            postgres: ctx.cpu().postgres,
+            // The WebSocket path's backends exit with their connections, taking their counters along.
+            postgres: transport === 'hyperdrive' ? ctx.cpu().postgres : NaN,
             pooler: transport === 'hyperdrive' ? (processTreeCpu(pooler!.pid).pgbouncer ?? NaN) : NaN,
             bench: ctx.cpu().bench,
           };
