@@ -40,13 +40,15 @@ const CloudflareSocket = (pgCloudflare as { CloudflareSocket?: new (ssl: unknown
  * pg-cloudflare's socket, with Node's cork()/uncork(): pg corks the stream
  * around the five messages of an extended-protocol statement (parse, bind,
  * describe, execute, sync) and, given a socket that has cork, they leave as
- * one socket write instead of five. In workerd every write is a call into
- * the runtime and a promise of its own; the enqueue route spent 9 % of its
- * CPU in socket writes before this (BENCHMARKS.md, issue 14). Nothing waits
- * on the buffer: cork and uncork are called in the same synchronous section
- * (uncork in a finally), so a write is at most deferred to the end of the
- * call that made it, and the socket's error, close and end() paths are
- * pg-cloudflare's own. Each buffered write's callback gets the flush's result.
+ * one socket write instead of five. In workerd every write is a trip
+ * through the runtime's streams and a promise of its own: with one write
+ * per statement an enqueue costs workerd about 5 % less CPU (BENCHMARKS.md,
+ * Transports, second pass). Nothing waits on the buffer: cork and uncork
+ * are called in the same synchronous section (uncork in a finally), so a
+ * write is at most deferred to the end of the call that made it, and the
+ * socket's error, close and end() paths are pg-cloudflare's own. Writes keep
+ * their order (an empty one made while corked, as end() makes, waits for the
+ * flush too), and each buffered write's callback gets the flush's result.
  */
 function coalescing(Base: new (ssl: unknown) => SocketLike) {
   return class CoalescingSocket extends Base {
@@ -67,12 +69,12 @@ function coalescing(Base: new (ssl: unknown) => SocketLike) {
     }
 
     override write(data: Uint8Array | string, encoding?: BufferEncoding | Callback, callback?: Callback): true | void {
-      const cb = typeof encoding === 'function' ? encoding : callback;
-      if (this.corked === 0 || data.length === 0) {
+      if (this.corked === 0) {
         if (data.length > 0) this.writes += 1;
         return super.write(data, encoding, callback);
       }
-      this.buffered.push(typeof data === 'string' ? Buffer.from(data, typeof encoding === 'string' ? encoding : 'utf8') : data);
+      const cb = typeof encoding === 'function' ? encoding : callback;
+      if (data.length > 0) this.buffered.push(typeof data === 'string' ? Buffer.from(data, typeof encoding === 'string' ? encoding : 'utf8') : data);
       if (cb) this.callbacks.push(cb);
       return true;
     }
@@ -82,12 +84,15 @@ function coalescing(Base: new (ssl: unknown) => SocketLike) {
       const callbacks = this.callbacks;
       this.buffered = [];
       this.callbacks = [];
-      if (chunks.length === 0) return;
-      const data = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-      this.writes += 1;
-      super.write(data, (error?: unknown) => {
+      const done = (error?: unknown) => {
         for (const cb of callbacks) cb(error);
-      });
+      };
+      if (chunks.length === 0) {
+        if (callbacks.length > 0) super.write(Buffer.alloc(0), done); // calls back at once, as an empty write does
+        return;
+      }
+      this.writes += 1;
+      super.write(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks), done);
     }
   };
 }
