@@ -18,7 +18,7 @@
 // exited are not counted (the WebSocket path's, one per request).
 //
 // Knobs: BENCH_RTT_MS, BENCH_TRANSPORT_LATENCY_REQUESTS (200),
-// BENCH_TRANSPORT_REQUESTS (500 per throughput run), BENCH_TRANSPORTS
+// BENCH_TRANSPORT_REQUESTS (500 per throughput run), BENCH_TRANSPORT_PHASE
 // (`neon,hyperdrive`; one of them for a shorter run), and
 // BENCH_TRANSPORT_PROFILE=<file.cpuprofile>: a CPU profile of workerd over the
 // Hyperdrive path's one-tenant throughput run (bench/profile.ts), its top
@@ -160,7 +160,7 @@ export async function runTransport(ctx: Ctx): Promise<TransportResult> {
   const roundTripMs = int('BENCH_RTT_MS', 30);
   const latencyRequests = int('BENCH_TRANSPORT_LATENCY_REQUESTS', 200);
   const throughputRequests = int('BENCH_TRANSPORT_REQUESTS', 500);
-  const transports = (process.env.BENCH_TRANSPORTS || 'neon,hyperdrive').split(',').map((t) => t.trim()) as TransportName[];
+  const transports = (process.env.BENCH_TRANSPORT_PHASE || 'neon,hyperdrive').split(',').map((t) => t.trim()) as TransportName[];
   const profileFile = process.env.BENCH_TRANSPORT_PROFILE || '';
   const result: TransportResult = { roundTripMs, roundTrips: {}, latency: {} as never, throughput: {} as never };
 
