@@ -91,3 +91,38 @@ export function cpuBetween(a: CpuSnapshot, b: CpuSnapshot): CpuUse {
     machine: b.machine - a.machine,
   };
 }
+
+/**
+ * CPU seconds of a process and all its descendants, by process name (e.g.
+ * wrangler's node and its workerd). Processes that have exited are not counted.
+ */
+export function processTreeCpu(rootPid: number | undefined): Record<string, number> {
+  const out: Record<string, number> = {};
+  if (rootPid === undefined || process.platform !== 'linux') return out;
+  const children = new Map<number, number[]>();
+  const names = new Map<number, string>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const st = procStat(Number(name));
+    if (!st) continue;
+    const list = children.get(st.ppid) ?? [];
+    list.push(Number(name));
+    children.set(st.ppid, list);
+    try {
+      names.set(Number(name), readFileSync(`/proc/${name}/comm`, 'utf8').trim());
+    } catch {
+      /* gone */
+    }
+  }
+  const stack = [rootPid];
+  while (stack.length > 0) {
+    const pid = stack.pop()!;
+    const st = procStat(pid);
+    if (st) {
+      const name = names.get(pid) ?? 'unknown';
+      out[name] = (out[name] ?? 0) + st.cpu;
+    }
+    stack.push(...(children.get(pid) ?? []));
+  }
+  return out;
+}

@@ -14,6 +14,7 @@ export interface Pooler {
   /** `127.0.0.1:port` */
   address: string;
   port: number;
+  pid: number | undefined;
   stop(): Promise<void>;
 }
 
@@ -87,5 +88,5 @@ export async function startPgBouncer(options: {
     }
     await sleep(50);
   }
-  return { address: `127.0.0.1:${port}`, port, stop };
+  return { address: `127.0.0.1:${port}`, port, pid: child.pid, stop };
 }

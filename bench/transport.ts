@@ -11,7 +11,20 @@
 //  - single-enqueue throughput at 10 concurrent, for one tenant and for ten,
 //    as a ratio to the same server's no-database route (GET /nodb, a 404
 //    answered before any database work) in the same run.
-// Skipped, with a message, where PgBouncer is not installed.
+// Skipped, with a message, where PgBouncer is not installed. Each throughput
+// run also records CPU per request by process (workerd, wrangler's node,
+// Postgres, PgBouncer, this process with the client and the delay proxy):
+// on two cores, the sum is what bounds the rate. Postgres backends that
+// exited are not counted (the WebSocket path's, one per request).
+//
+// Knobs: BENCH_RTT_MS, BENCH_TRANSPORT_LATENCY_REQUESTS (200),
+// BENCH_TRANSPORT_REQUESTS (500 per throughput run), BENCH_TRANSPORT_PHASE
+// (`neon,hyperdrive`; one of them for a shorter run), and
+// BENCH_TRANSPORT_PROFILE=<file.cpuprofile>: a CPU profile of workerd over the
+// Hyperdrive path's one-tenant throughput run (bench/profile.ts), its top
+// functions printed.
+import { copyFile, readdir, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import ws from 'ws';
 import { startDelayProxy, type DelayProxy } from '../scripts/delay-proxy.ts';
 import { defaultConfig, type Config } from '../src/config.ts';
@@ -28,6 +41,9 @@ import { taskTypes } from '../functions/tasks.ts';
 import type { Ctx } from './context.ts';
 import { migrateProject, openProjectDb } from './core.ts';
 import { startPgBouncer, type Pooler } from './pooler.ts';
+import { processTreeCpu } from './cpu.ts';
+import { startProfiler, summarizeProfile } from './profile.ts';
+import { root } from './server.ts';
 import { percentile, progress } from './stats.ts';
 import { startWorkerDev } from './worker-http.ts';
 
@@ -39,13 +55,33 @@ export interface RouteTrips {
   byName: Record<string, number>;
 }
 
+/** CPU milliseconds per request: workerd, wrangler's node, Postgres (every backend), the pooler, this process (client and delay proxy). */
+export interface CpuPerRequest {
+  workerd: number;
+  wrangler: number;
+  postgres: number;
+  pooler: number;
+  bench: number;
+}
+
 export interface TransportResult {
   roundTripMs: number;
   skipped?: string;
   /** route -> transport -> counts; `before` rows run with KEY_CACHE_SECONDS=0. */
   roundTrips: Record<string, Record<TransportName, RouteTrips>>;
   latency: Record<TransportName, { p50: number; p99: number; n: number }>;
-  throughput: Record<TransportName, { noDbRps: number; oneTenantRps: number; tenTenantsRps: number; oneTenantRatio: number; tenTenantsRatio: number }>;
+  throughput: Record<
+    TransportName,
+    {
+      noDbRps: number;
+      oneTenantRps: number;
+      tenTenantsRps: number;
+      oneTenantRatio: number;
+      tenTenantsRatio: number;
+      /** CPU per request by process during each throughput run: noDb, oneTenant, tenTenants. */
+      cpuMsPerRequest: Record<string, CpuPerRequest>;
+    }
+  >;
 }
 
 const int = (name: string, fallback: number) => {
@@ -101,6 +137,19 @@ async function countRoundTrips(open: Record<TransportName, () => Db>, keys: stri
   return out;
 }
 
+/** The bundle `wrangler dev` is running (it builds into .wrangler/tmp/dev-* beside its config), or null. */
+async function newestDevBundle(wranglerDir: string): Promise<string | null> {
+  const found: { path: string; mtime: number }[] = [];
+  for (const dir of [join(wranglerDir, '.wrangler/tmp'), join(root, '.wrangler/tmp')]) {
+    for (const name of await readdir(dir).catch(() => [] as string[])) {
+      const path = join(dir, name, 'index.js');
+      const s = await stat(path).catch(() => null);
+      if (name.startsWith('dev-') && s) found.push({ path, mtime: s.mtimeMs });
+    }
+  }
+  return found.sort((a, b) => b.mtime - a.mtime)[0]?.path ?? null;
+}
+
 async function timed<T>(fn: () => Promise<T>): Promise<number> {
   const t0 = performance.now();
   await fn();
@@ -111,6 +160,8 @@ export async function runTransport(ctx: Ctx): Promise<TransportResult> {
   const roundTripMs = int('BENCH_RTT_MS', 30);
   const latencyRequests = int('BENCH_TRANSPORT_LATENCY_REQUESTS', 200);
   const throughputRequests = int('BENCH_TRANSPORT_REQUESTS', 500);
+  const transports = (process.env.BENCH_TRANSPORT_PHASE || 'neon,hyperdrive').split(',').map((t) => t.trim()) as TransportName[];
+  const profileFile = process.env.BENCH_TRANSPORT_PROFILE || '';
   const result: TransportResult = { roundTripMs, roundTrips: {}, latency: {} as never, throughput: {} as never };
 
   const databaseUrl = await ctx.server.freshDatabase('bench_transport');
@@ -146,12 +197,14 @@ export async function runTransport(ctx: Ctx): Promise<TransportResult> {
     progress('transport: round trips per route');
     result.roundTrips = await countRoundTrips(open, keys);
 
-    for (const transport of ['neon', 'hyperdrive'] as const) {
+    for (const transport of (['neon', 'hyperdrive'] as const).filter((t) => transports.includes(t))) {
       progress(`transport: wrangler dev over ${transport}, ${roundTripMs} ms round trip to the database`);
       const w = await startWorkerDev(ctx, {
         databaseUrl,
         workerDatabaseUrl: neonUrl,
         ...(transport === 'hyperdrive' ? { hyperdriveUrl } : {}),
+        // Readable names in the profile; minified, a function is `dN index.js:790`.
+        ...(profileFile ? { args: ['--minify=false'] } : {}),
       });
       try {
         const health = (await (await fetch(`${w.url}/healthz`)).json()) as { transport?: string };
@@ -175,8 +228,22 @@ export async function runTransport(ctx: Ctx): Promise<TransportResult> {
         for (let i = 0; i < latencyRequests; i++) samples.push(await timed(() => enqueue(keys[0]!)));
         result.latency[transport] = { p50: percentile(samples, 50), p99: percentile(samples, 99), n: samples.length };
 
-        const rate = async (call: (i: number) => Promise<void>) => {
+        // CPU by process while the requests run (ms per request): what the machine's two cores are spent on.
+        const cpuNow = () => {
+          const tree = processTreeCpu(w.pid);
+          return {
+            workerd: tree.workerd ?? NaN,
+            wrangler: tree.node ?? NaN,
+            // The WebSocket path's backends exit with their connections, taking their counters along.
+            postgres: transport === 'hyperdrive' ? ctx.cpu().postgres : NaN,
+            pooler: transport === 'hyperdrive' ? (processTreeCpu(pooler!.pid).pgbouncer ?? NaN) : NaN,
+            bench: ctx.cpu().bench,
+          };
+        };
+        const cpu: Record<string, CpuPerRequest> = {};
+        const rate = async (label: string, call: (i: number) => Promise<void>) => {
           let next = 0;
+          const before = cpuNow();
           const ms = await timed(() =>
             Promise.all(
               Array.from({ length: 10 }, async () => {
@@ -184,18 +251,40 @@ export async function runTransport(ctx: Ctx): Promise<TransportResult> {
               }),
             ),
           );
+          const after = cpuNow();
+          cpu[label] = Object.fromEntries(
+            Object.keys(after).map((k) => [k, ((after[k as keyof CpuPerRequest] - before[k as keyof CpuPerRequest]) * 1000) / throughputRequests]),
+          ) as unknown as CpuPerRequest;
           return (throughputRequests * 1000) / ms;
         };
-        const noDbRps = await rate(() => noDb());
-        const oneTenantRps = await rate(() => enqueue(keys[0]!));
-        const tenTenantsRps = await rate((i) => enqueue(keys[i % 10]!));
+        const noDbRps = await rate('noDb', () => noDb());
+        const profiler = profileFile && transport === 'hyperdrive' ? await startProfiler(w.inspectorPort) : null;
+        const oneTenantRps = await rate('oneTenant', () => enqueue(keys[0]!));
+        if (profiler) {
+          const profile = await profiler.stop();
+          await writeFile(profileFile, JSON.stringify(profile));
+          // The bundle beside it (wrangler removes its copy at exit): line numbers map to modules by its `// path` comments.
+          const bundle = await newestDevBundle(w.dir);
+          if (bundle) await copyFile(bundle, `${profileFile}.bundle.js`);
+          const { lines, sampledMs, idle } = summarizeProfile(profile, 40);
+          progress(`transport: CPU profile of ${throughputRequests} enqueues (${sampledMs.toFixed(0)} ms sampled, idle ${idle.toFixed(1)} %) in ${profileFile}`);
+          for (const l of lines) progress(`  self ${l.self.toFixed(1).padStart(5)} %  total ${l.total.toFixed(1).padStart(5)} %  ${l.name}`);
+        }
+        const tenTenantsRps = await rate('tenTenants', (i) => enqueue(keys[i % 10]!));
         result.throughput[transport] = {
           noDbRps,
           oneTenantRps,
           tenTenantsRps,
           oneTenantRatio: oneTenantRps / noDbRps,
           tenTenantsRatio: tenTenantsRps / noDbRps,
+          cpuMsPerRequest: cpu,
         };
+        const share = (c: CpuPerRequest) =>
+          Object.entries(c)
+            .filter(([, v]) => Number.isFinite(v))
+            .map(([k, v]) => `${k} ${v.toFixed(2)}`)
+            .join(', ');
+        progress(`transport ${transport}: CPU ms per request, no-db: ${share(cpu.noDb!)}; enqueue: ${share(cpu.oneTenant!)}`);
         progress(
           `transport ${transport}: enqueue p50 ${result.latency[transport].p50.toFixed(1)} ms, p99 ${result.latency[transport].p99.toFixed(1)} ms; ` +
             `10 concurrent: ${oneTenantRps.toFixed(0)}/s one tenant, ${tenTenantsRps.toFixed(0)}/s ten tenants, no-db ${noDbRps.toFixed(0)}/s`,

@@ -20,6 +20,11 @@ import { withClient } from './server.ts';
 
 export interface WorkerDev {
   url: string;
+  inspectorPort: number;
+  /** wrangler's directory for this run (see WranglerDev). */
+  dir: string;
+  /** wrangler's process; workerd is its descendant. */
+  pid: number | undefined;
   adminToken: string;
   databaseUrl: string;
   stop(): Promise<void>;
@@ -32,6 +37,8 @@ export interface WorkerDevOptions {
   workerDatabaseUrl?: string;
   /** Runs the Worker over a HYPERDRIVE binding whose local connection string is this. */
   hyperdriveUrl?: string;
+  /** More `wrangler dev` arguments (the profile runs pass --minify=false, for readable names). */
+  args?: readonly string[];
 }
 
 export async function startWorkerDev(ctx: Ctx, options: WorkerDevOptions = {}): Promise<WorkerDev> {
@@ -47,6 +54,14 @@ export async function startWorkerDev(ctx: Ctx, options: WorkerDevOptions = {}): 
   }
 
   const adminToken = `adm_${randomBytes(24).toString('base64url')}`;
+  // wrangler dev's local observability (on by default since wrangler 4.15x)
+  // stores every tail event of the Worker (spans, logs) in a SQLite-backed
+  // Durable Object inside the same workerd: 0.3-0.6 ms of workerd CPU per
+  // request, more for requests with more spans (a database connection is
+  // one). Production has no such store on the Worker's thread, so the bench
+  // turns it off; BENCH_LOCAL_OBSERVABILITY=1 keeps it, for the figures
+  // measured before 2026-12-01 (BENCHMARKS.md, Transports).
+  const observability: Record<string, string> = process.env.BENCH_LOCAL_OBSERVABILITY === '1' ? {} : { X_LOCAL_OBSERVABILITY: 'false' };
   const w = await startWranglerDev({
     vars: {
       DATABASE_URL: options.workerDatabaseUrl ?? databaseUrl,
@@ -54,11 +69,12 @@ export async function startWorkerDev(ctx: Ctx, options: WorkerDevOptions = {}): 
       ADMIN_TOKEN: adminToken,
       SIGNING_SECRET: `whsec_${randomBytes(32).toString('base64')}`,
     },
+    args: options.args ?? [],
     ...(options.hyperdriveUrl
-      ? { config: await hyperdriveConfig('bench'), env: { CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: options.hyperdriveUrl } }
-      : {}),
+      ? { config: await hyperdriveConfig('bench'), env: { ...observability, CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: options.hyperdriveUrl } }
+      : { env: observability }),
   });
-  return { url: w.url, adminToken, databaseUrl, stop: w.stop };
+  return { url: w.url, inspectorPort: w.inspectorPort, dir: w.dir, pid: w.pid, adminToken, databaseUrl, stop: w.stop };
 }
 
 /** Empties the task tables between repetitions (the Worker keeps its DATABASE_URL). */

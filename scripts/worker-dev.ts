@@ -54,6 +54,12 @@ export interface WranglerDevOptions {
 
 export interface WranglerDev {
   url: string;
+  /** wrangler's inspector (Chrome DevTools protocol) for the Worker: the bench's CPU profiles. */
+  inspectorPort: number;
+  /** Its directory (state, log, and with `config`, the .wrangler build output). */
+  dir: string;
+  /** wrangler's process (workerd runs as its descendant): the bench's CPU figures. */
+  pid: number | undefined;
   /** wrangler's and workerd's output so far (for a failure message). */
   log(): string;
   stop(): Promise<void>;
@@ -75,6 +81,7 @@ export async function startWranglerDev(options: WranglerDevOptions): Promise<Wra
     configArgs.push('--config', file);
   }
   const port = options.port ?? (await freePort());
+  const inspectorPort = await freePort();
   const logFile = join(dir, 'wrangler.log');
   const logFd = openSync(logFile, 'a');
   const child = spawn(
@@ -85,7 +92,7 @@ export async function startWranglerDev(options: WranglerDevOptions): Promise<Wra
       ...configArgs,
       '--ip', '127.0.0.1',
       '--port', String(port),
-      '--inspector-port', String(await freePort()),
+      '--inspector-port', String(inspectorPort),
       '--env-file', envFile,
       '--persist-to', join(dir, 'state'),
       '--show-interactive-dev-session=false',
@@ -157,7 +164,7 @@ export async function startWranglerDev(options: WranglerDevOptions): Promise<Wra
     }
     await new Promise((r) => setTimeout(r, 200));
   }
-  return { url, log, stop };
+  return { url, inspectorPort, dir, pid: child.pid, log, stop };
 }
 
 export interface WorkerDevOptions {

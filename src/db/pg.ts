@@ -28,11 +28,96 @@ export interface PgDbOptions extends DbTimeouts {
   applicationName?: string;
 }
 
-const CloudflareSocket = (pgCloudflare as { CloudflareSocket?: new (ssl: unknown) => unknown }).CloudflareSocket;
+type Callback = (error?: unknown) => void;
 
-export function createPgDb(options: PgDbOptions): Db & { transport: 'hyperdrive'; connections(): number } {
+interface SocketLike {
+  write(data: Uint8Array | string, encoding?: BufferEncoding | Callback, callback?: Callback): true | void;
+}
+
+const CloudflareSocket = (pgCloudflare as { CloudflareSocket?: new (ssl: unknown) => SocketLike }).CloudflareSocket;
+
+/**
+ * pg-cloudflare's socket, with Node's cork()/uncork(): pg corks the stream
+ * around the five messages of an extended-protocol statement (parse, bind,
+ * describe, execute, sync) and, given a socket that has cork, they leave as
+ * one socket write instead of five. In workerd every write is a trip
+ * through the runtime's streams and a promise of its own: with one write
+ * per statement an enqueue costs workerd about 5 % less CPU (BENCHMARKS.md,
+ * Transports, second pass). Nothing waits on the buffer: cork and uncork
+ * are called in the same synchronous section (uncork in a finally), so a
+ * write is at most deferred to the end of the call that made it, and the
+ * socket's error, close and end() paths are pg-cloudflare's own. Writes keep
+ * their order (an empty one made while corked, as end() makes, waits for the
+ * flush too), and each buffered write's callback gets the flush's result.
+ */
+function coalescing(Base: new (ssl: unknown) => SocketLike) {
+  return class CoalescingSocket extends Base {
+    /** Socket writes issued (a statement costs one): what the tests count. */
+    writes = 0;
+    private corked = 0;
+    private buffered: Uint8Array[] = [];
+    private callbacks: Callback[] = [];
+
+    cork(): void {
+      this.corked += 1;
+    }
+
+    uncork(): void {
+      if (this.corked === 0) return;
+      this.corked -= 1;
+      if (this.corked === 0) this.flush();
+    }
+
+    override write(data: Uint8Array | string, encoding?: BufferEncoding | Callback, callback?: Callback): true | void {
+      if (this.corked === 0) {
+        if (data.length > 0) this.writes += 1;
+        return super.write(data, encoding, callback);
+      }
+      const cb = typeof encoding === 'function' ? encoding : callback;
+      if (data.length > 0) this.buffered.push(typeof data === 'string' ? Buffer.from(data, typeof encoding === 'string' ? encoding : 'utf8') : data);
+      if (cb) this.callbacks.push(cb);
+      return true;
+    }
+
+    private flush(): void {
+      const chunks = this.buffered;
+      const callbacks = this.callbacks;
+      this.buffered = [];
+      this.callbacks = [];
+      const done = (error?: unknown) => {
+        for (const cb of callbacks) cb(error);
+      };
+      if (chunks.length === 0) {
+        if (callbacks.length > 0) super.write(Buffer.alloc(0), done); // calls back at once, as an empty write does
+        return;
+      }
+      this.writes += 1;
+      super.write(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks), done);
+    }
+  };
+}
+
+const Socket = CloudflareSocket ? coalescing(CloudflareSocket) : undefined;
+
+export type PgDb = Db & {
+  transport: 'hyperdrive';
+  connections(): number;
+  /** Socket writes so far over workerd's sockets (a statement costs one); undefined in Node, whose sockets cork by themselves. */
+  socketWrites(): number | undefined;
+};
+
+export function createPgDb(options: PgDbOptions): PgDb {
+  const sockets: { writes: number }[] = [];
   const pool = new pg.Pool({
-    ...(CloudflareSocket ? { stream: ((config: { ssl?: unknown }) => new CloudflareSocket(config.ssl)) as never } : {}),
+    ...(Socket
+      ? {
+          stream: ((config: { ssl?: unknown }) => {
+            const socket = new Socket(config.ssl);
+            sockets.push(socket);
+            return socket;
+          }) as never,
+        }
+      : {}),
     connectionString: options.connectionString,
     max: options.maxConnections ?? 4,
     application_name: options.applicationName,
@@ -40,8 +125,9 @@ export function createPgDb(options: PgDbOptions): Db & { transport: 'hyperdrive'
     // A connection lives for one invocation: no idle timers left behind.
     idleTimeoutMillis: 0,
   });
-  return createPooledDb(pool as unknown as PoolLike, { ...options, transport: 'hyperdrive' }) as Db & {
+  const db = createPooledDb(pool as unknown as PoolLike, { ...options, transport: 'hyperdrive' }) as Db & {
     transport: 'hyperdrive';
     connections(): number;
   };
+  return Object.assign(db, { socketWrites: () => (Socket ? sockets.reduce((n, s) => n + s.writes, 0) : undefined) });
 }
