@@ -32,6 +32,15 @@ export interface PumpSender {
 /** Cloudflare Queues take at most 100 messages per sendBatch. */
 export const QUEUE_SEND_LIMIT = 100;
 
+/**
+ * Waits for every send of a batch, made all at once, then fails with the
+ * first failure: none is still in flight when the caller gives claims back.
+ */
+export async function settleSends(sends: readonly Promise<unknown>[]): Promise<void> {
+  const failed = (await Promise.allSettled(sends)).find((r) => r.status === 'rejected');
+  if (failed) throw failed.reason;
+}
+
 export function isPumpMessage(body: unknown): body is PumpMessage {
   return typeof body === 'object' && body !== null && (body as { kind?: unknown }).kind === 'pump';
 }

@@ -102,7 +102,7 @@ export function createKicker(options: {
         counts.rounds += 1;
         counts.claimed += r.claimed;
         if (r.busy) counts.busy += 1;
-        // A full batch: more is waiting than one kick a round can keep up with; the pumps take it (once per run).
+        // A backlog: more is waiting than one kick a round can keep up with; the pumps take it (once per run).
         if (!fannedOut && isBacklog(deps.config, r.picked) && deps.pumps && deps.config.maxDispatchers > 0) {
           fannedOut = true;
           await sendPumps({ ...deps, workerId: 'kick' }, deps.config.maxDispatchers);

@@ -5,7 +5,7 @@
 // re-claims meet the same consumer's ordering and limits. Pump messages go
 // round-robin over the shards, so pumps asked for at once land in different
 // consumer invocations.
-import { QUEUE_SEND_LIMIT, type PumpMessage, type PumpSender, type TaskMessage, type TaskSender } from '../queue/messages.ts';
+import { QUEUE_SEND_LIMIT, settleSends, type PumpMessage, type PumpSender, type TaskMessage, type TaskSender } from '../queue/messages.ts';
 
 /** FNV-1a (32 bits) of the id's decimal text, modulo the shard count: stable across isolates and deploys. */
 export function shardOf(id: string, shards: number): number {
@@ -31,8 +31,7 @@ export function createShardedSender(shards: readonly TaskSender[]): TaskSender &
         sends.push((shards[shard] as { sendBatch(m: Sendable<T>[]): Promise<unknown> }).sendBatch(group.slice(i, i + QUEUE_SEND_LIMIT)));
       }
     });
-    const failed = (await Promise.allSettled(sends)).find((r) => r.status === 'rejected');
-    if (failed) throw failed.reason;
+    await settleSends(sends);
   };
   return {
     async sendBatch(messages: Iterable<Sendable<TaskMessage | PumpMessage>>) {

@@ -15,7 +15,7 @@ import { acquireDispatcherSlot, probeDueWork, releaseDispatcherSlot } from '../d
 import { purgeIdleFlowControl } from '../db/sql/concurrency.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import type { Logger } from '../log.ts';
-import { QUEUE_SEND_LIMIT, reportLostFences, type PumpSender, type TaskSender } from '../queue/messages.ts';
+import { QUEUE_SEND_LIMIT, reportLostFences, settleSends, type PumpSender, type TaskSender } from '../queue/messages.ts';
 import { materializeDueSchedules } from '../schedules/materialize.ts';
 
 export interface SweepDeps {
@@ -101,12 +101,10 @@ export async function sendClaimed(deps: SweepDeps, queue: string, claimed: Claim
   });
   try {
     // A claim of SWEEP_BATCH_SIZE (500) goes out in sendBatch calls of 100 at
-    // once: one send's latency per claim, not five. All settle before a
-    // failure gives the claims back, so none is still in flight unaccounted.
+    // once: one send's latency per claim, not five.
     const sends = [];
     for (let i = 0; i < messages.length; i += QUEUE_SEND_LIMIT) sends.push(deps.sender.sendBatch(messages.slice(i, i + QUEUE_SEND_LIMIT)));
-    const failed = (await Promise.allSettled(sends)).find((r) => r.status === 'rejected');
-    if (failed) throw failed.reason;
+    await settleSends(sends);
   } catch (error) {
     // All claims go back, including those whose chunk went out: their
     // messages find the task queued (or re-claimed under a new epoch) and skip it.
@@ -178,8 +176,8 @@ export async function dispatchRunnable(
       total.dispatched += c.dispatched;
       total.released += c.released;
       total.lost += c.lost;
-      // Tasks parked over their concurrency limit left the runnable index: the
-      // batch was full, and the queue may hold more runnable work behind them.
+      // A backlog (parked tasks count: they left the runnable index, and the
+      // queue may hold more runnable work behind them): this queue again.
       if (isBacklog(deps.config, c.claimed + c.parked)) next.push(queue);
     }
     if (next.length > 0 && options.onBacklog) {
