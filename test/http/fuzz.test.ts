@@ -4,7 +4,7 @@
 // (finding 6): NUL and lone surrogates in every string field (seeded random
 // unicode), ids and cursors beyond bigint, impossible dates in cursors,
 // out-of-range integers and deep nesting: each a 4xx naming its field.
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../helpers/db.ts';
 import { seeded } from '../helpers/faults.ts';
 import { ADMIN_TOKEN, createTestApi } from '../helpers/http.ts';
@@ -20,6 +20,9 @@ beforeAll(async () => {
   await api.admin('PUT', '/v1/admin/queues/default', { body: { paused: false } });
   await api.admin('PUT', '/v1/schedules/keep', { body: { task: 'noop', interval: 3600 } });
 });
+
+// A dispatch kick left running by one test's enqueues must not claim tasks under the next test's snapshots.
+afterEach(() => api.settle());
 
 const snapshot = async () => ({
   tasks: await t.db.query('select * from tasks order by id'),
