@@ -194,7 +194,8 @@ async function runOne(
   const delay = await startDelayProxy({ target: behindDelay, roundTripMs: o.roundTripMs });
   const delayedUrl = new URL(url);
   delayedUrl.host = delay.address;
-  const q = createModelQueue(o);
+  // Paced at the Queue's rate, not the workload's (`rate` is the sustained enqueue rate).
+  const q = createModelQueue({ shards: o.shards, rate: o.queueRate, sendMs: o.sendMs, consumers: o.consumers });
   const env = {
     DATABASE_URL: delayedUrl.toString(),
     DATABASE_WS_PROXY: ctx.proxy,
