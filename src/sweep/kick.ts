@@ -102,10 +102,15 @@ export function createKicker(options: {
         counts.rounds += 1;
         counts.claimed += r.claimed;
         if (r.busy) counts.busy += 1;
-        // A backlog: more is waiting than one kick a round can keep up with; the pumps take it (once per run).
-        if (!fannedOut && isBacklog(deps.config, r.picked) && deps.pumps && deps.config.maxDispatchers > 0) {
+        // A backlog: more is waiting than one kick a round can keep up with;
+        // the pumps take it. The run's first backlog asks for MAX_DISPATCHERS,
+        // each later one for one more: pumps leave once they catch up, and a
+        // steady stream rebuilds the backlog behind them, which the kick
+        // alone (one claim an interval) cannot catch up on. At most one pump
+        // message a round; the dispatcher slots cap what they open.
+        if (isBacklog(deps.config, r.picked) && deps.pumps && deps.config.maxDispatchers > 0) {
+          await sendPumps({ ...deps, workerId: 'kick' }, fannedOut ? 1 : deps.config.maxDispatchers);
           fannedOut = true;
-          await sendPumps({ ...deps, workerId: 'kick' }, deps.config.maxDispatchers);
         }
         const more = state.again || r.busy || isBacklog(deps.config, r.picked);
         if (!more || counts.rounds >= MAX_KICK_ROUNDS) break;

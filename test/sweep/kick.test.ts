@@ -107,7 +107,7 @@ describe('the dispatch kick', () => {
 });
 
 describe('a kick meeting a backlog (issue 13)', () => {
-  it('asks for MAX_DISPATCHERS pumps once per run when its batch fills, and none when it does not', async () => {
+  it('asks for MAX_DISPATCHERS pumps at its first backlog, one more at each later round that finds one, and none without', async () => {
     const config = { ...defaultConfig, sweepBatchSize: 10, maxDispatchers: 3 };
     const api = createTestApi(t.db);
     await api.admin('POST', '/v1/tasks', { tenant: 'acme', body: { task: 'noop', delay: 3600 } }); // the queue's row
@@ -122,8 +122,8 @@ describe('a kick meeting a backlog (issue 13)', () => {
       kicker.kick({ db: t.db, config, sender: api.outbox, pumps, log: silentLogger, waitUntil: (p) => pending.push(p) }, ['default']);
       await Promise.all(pending);
     };
-    await run(); // 25 waiting: three rounds (10, 10, 5), one fan-out
-    expect(pumps.take()).toEqual(Array(3).fill({ kind: 'pump' }));
+    await run(); // 25 waiting: three rounds (10, 10, 5); the fan-out, then one more for the second backlog
+    expect(pumps.take()).toEqual(Array(4).fill({ kind: 'pump' }));
     expect(await statusCounts()).toEqual({ scheduled: 1, running: 25 });
     await api.admin('POST', '/v1/tasks', { tenant: 'acme', body: { task: 'noop' } });
     await api.settle();
