@@ -5,7 +5,7 @@
 // re-claims meet the same consumer's ordering and limits. Pump messages go
 // round-robin over the shards, so pumps asked for at once land in different
 // consumer invocations.
-import { QUEUE_SEND_LIMIT, settleSends, type PumpMessage, type PumpSender, type TaskMessage, type TaskSender } from '../queue/messages.ts';
+import { sendInBatches, settleSends, type PumpMessage, type PumpSender, type TaskMessage, type TaskSender } from '../queue/messages.ts';
 
 /** FNV-1a (32 bits) of the id's decimal text, modulo the shard count: stable across isolates and deploys. */
 export function shardOf(id: string, shards: number): number {
@@ -20,20 +20,15 @@ export function shardOf(id: string, shards: number): number {
 
 type Sendable<T> = { body: T; delaySeconds?: number };
 
-/** One TaskSender over several Queues: each message to its task's shard, in sendBatch calls of at most 100, all at once. */
+/** One TaskSender over several Queues: each message to its task's shard, in sendBatch calls of at most 100, all at once; it takes batches of any size. */
 export function createShardedSender(shards: readonly TaskSender[]): TaskSender & PumpSender {
   if (shards.length === 0) throw new Error('at least one Queue shard is needed');
   let nextPump = 0;
   const sendGrouped = async <T>(groups: Sendable<T>[][]) => {
-    const sends: Promise<unknown>[] = [];
-    groups.forEach((group, shard) => {
-      for (let i = 0; i < group.length; i += QUEUE_SEND_LIMIT) {
-        sends.push((shards[shard] as { sendBatch(m: Sendable<T>[]): Promise<unknown> }).sendBatch(group.slice(i, i + QUEUE_SEND_LIMIT)));
-      }
-    });
-    await settleSends(sends);
+    await settleSends(groups.map((group, shard) => sendInBatches(shards[shard] as { sendBatch(m: Sendable<T>[]): Promise<unknown> }, group)));
   };
   return {
+    maxBatch: Infinity,
     async sendBatch(messages: Iterable<Sendable<TaskMessage | PumpMessage>>) {
       const groups: Sendable<TaskMessage | PumpMessage>[][] = shards.map(() => []);
       for (const m of messages) {

@@ -15,7 +15,7 @@ import { acquireDispatcherSlot, probeDueWork, releaseDispatcherSlot } from '../d
 import { purgeIdleFlowControl } from '../db/sql/concurrency.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import type { Logger } from '../log.ts';
-import { QUEUE_SEND_LIMIT, reportLostFences, settleSends, type PumpSender, type TaskSender } from '../queue/messages.ts';
+import { QUEUE_SEND_LIMIT, reportLostFences, sendInBatches, type PumpSender, type TaskSender } from '../queue/messages.ts';
 import { materializeDueSchedules } from '../schedules/materialize.ts';
 
 export interface SweepDeps {
@@ -100,11 +100,9 @@ export async function sendClaimed(deps: SweepDeps, queue: string, claimed: Claim
     return { body: { id: c.id, epoch: c.epoch, runAt: c.runAt.getTime() }, ...(delaySeconds > 0 ? { delaySeconds } : {}) };
   });
   try {
-    // A claim of SWEEP_BATCH_SIZE (500) goes out in sendBatch calls of 100 at
-    // once: one send's latency per claim, not five.
-    const sends = [];
-    for (let i = 0; i < messages.length; i += QUEUE_SEND_LIMIT) sends.push(deps.sender.sendBatch(messages.slice(i, i + QUEUE_SEND_LIMIT)));
-    await settleSends(sends);
+    // A claim of SWEEP_BATCH_SIZE (500) goes out in sendBatch calls at once:
+    // one send's latency per claim, not five.
+    await sendInBatches(deps.sender, messages);
   } catch (error) {
     // All claims go back, including those whose chunk went out: their
     // messages find the task queued (or re-claimed under a new epoch) and skip it.

@@ -3,7 +3,7 @@
 // per sendBatch and spreads pump messages round-robin.
 import { describe, expect, it } from 'vitest';
 import { createShardedSender, shardOf } from '../../src/sweep/shards.ts';
-import type { PumpMessage, TaskMessage, TaskSender } from '../../src/queue/messages.ts';
+import { sendInBatches, type PumpMessage, type TaskMessage, type TaskSender } from '../../src/queue/messages.ts';
 
 type Body = TaskMessage | PumpMessage;
 
@@ -39,5 +39,19 @@ describe('queue shards', () => {
     tasks.forEach((shard, i) => shard.forEach((m) => expect(shardOf(m.id, 3)).toBe(i)));
     for (const shard of calls) for (const batch of shard) expect(batch.length).toBeLessThanOrEqual(100);
     expect(calls.map((shard) => shard.flat().filter((b) => 'kind' in b).length)).toEqual([2, 2, 2]);
+  });
+
+  it('a claim of 500 goes to the sharded sender whole: each shard gets full calls, not a share of every 100', async () => {
+    const { calls, senders } = recorders(3);
+    const messages = Array.from({ length: 500 }, (_, i) => ({ body: { id: String(1000 + i), epoch: 1, runAt: 0 } }));
+    await sendInBatches(createShardedSender(senders), messages);
+    const perShard = calls.map((shard) => shard.flat().length);
+    expect(perShard.reduce((a, b) => a + b, 0)).toBe(500);
+    // ceil(n / 100) calls per shard (6 here), where chunking by 100 first would make 15.
+    calls.forEach((shard, i) => expect(shard).toHaveLength(Math.ceil(perShard[i]! / 100)));
+    // A Queue binding itself still gets calls of at most 100.
+    const single = recorders(1);
+    await sendInBatches(single.senders[0]!, messages);
+    expect(single.calls[0]!.map((b) => b.length)).toEqual([100, 100, 100, 100, 100]);
   });
 });
