@@ -44,7 +44,7 @@ describe('queue shards', () => {
   it('a claim of 500 goes to the sharded sender whole: each shard gets full calls, not a share of every 100', async () => {
     const { calls, senders } = recorders(3);
     const messages = Array.from({ length: 500 }, (_, i) => ({ body: { id: String(1000 + i), epoch: 1, runAt: 0 } }));
-    await sendInBatches(createShardedSender(senders), messages);
+    await sendInBatches<{ body: TaskMessage }>(createShardedSender(senders), messages);
     const perShard = calls.map((shard) => shard.flat().length);
     expect(perShard.reduce((a, b) => a + b, 0)).toBe(500);
     // ceil(n / 100) calls per shard (6 here), where chunking by 100 first would make 15.
