@@ -16,6 +16,16 @@ import { userInfo } from 'node:os';
 asyncExitHook.unhookEvent('beforeExit');
 asyncExitHook.unhookEvent('exit');
 
+/**
+ * For a process that stops its children and Postgres on a signal itself
+ * (`npm start`): the package's own signal handlers stop every server it
+ * started and then exit with 128 + the signal, racing the caller's stop (seen:
+ * `npm start` gone on SIGTERM before it printed "postgres stopped").
+ */
+export function stopPostgresOnSignalsYourself(): void {
+  for (const signal of ['SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK']) asyncExitHook.unhookEvent(signal);
+}
+
 export interface RunningPostgres {
   /** A URL to the `postgres` database of the server. */
   url: string;

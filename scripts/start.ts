@@ -16,7 +16,7 @@ import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadMigrations } from './migrations.ts';
 import { openNodeDb } from './node-db.ts';
-import { startEmbeddedPostgres, type RunningPostgres } from './postgres.ts';
+import { startEmbeddedPostgres, stopPostgresOnSignalsYourself, type RunningPostgres } from './postgres.ts';
 import { hyperdriveConfig } from './worker-dev.ts';
 import { startWsProxy, type WsProxy } from './ws-proxy.ts';
 import { migrate } from '../src/db/migrate.ts';
@@ -125,6 +125,7 @@ async function main(): Promise<void> {
     }
     process.exit(code);
   };
+  stopPostgresOnSignalsYourself();
   process.on('SIGINT', () => void stop(0));
   process.on('SIGTERM', () => void stop(0));
   process.on('SIGHUP', () => void stop(0));
