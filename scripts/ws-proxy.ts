@@ -71,6 +71,8 @@ export async function startWsProxy(options: { port?: number; host?: string; allo
         for (const ws of sockets) ws.terminate();
         wss.close();
         server.close(() => resolve());
+        // Connections still open (a handshake under way, a keep-alive) would hold close() forever.
+        server.closeAllConnections();
       }),
   };
 }
