@@ -118,7 +118,8 @@ async function main(): Promise<void> {
       await exited;
       clearTimeout(timer);
     }
-    await proxy?.close();
+    // Bounded: nothing the proxy still holds may keep Postgres from stopping.
+    if (proxy) await Promise.race([proxy.close(), new Promise((r) => setTimeout(r, 3000))]);
     if (pg) {
       await pg.stop();
       say('postgres stopped');
