@@ -100,7 +100,8 @@ async function main(): Promise<void> {
     stopping = true;
     say('stopping...');
     if (ticker) clearInterval(ticker);
-    if (wrangler && wrangler.exitCode === null && wrangler.pid) {
+    // Still running: a process a signal ended has no exit code, and its 'exit' has been emitted already.
+    if (wrangler && wrangler.exitCode === null && wrangler.signalCode === null && wrangler.pid) {
       const exited = new Promise((r) => wrangler!.once('exit', r));
       // wrangler runs workerd as a child: signal the whole process group.
       try {
