@@ -1926,4 +1926,26 @@ export const mutants: Mutant[] = [
     replace: `\${countPendingOf('pending_counted', '-', '(select * from cancelled where false)')}`,
     tests: ['test/tenants/quotas.test.ts'],
   },
+  // -------------------------------------------------------------------------
+  // Plans of the fenced batch writes on a pooled connection (issue 12): no
+  // rescan of the batch per task row, no read of tasks beyond the batch.
+  {
+    id: 'fenced-batch-rows-hashed',
+    file: TASKS_SHARED,
+    statement: 'tasks_start_if_claimed, tasks_finish_if_running',
+    guard: 'the batch from generate_subscripts (estimated at 1,000 rows): the generic plan hashes its join to the tasks',
+    find: `\`select \${columns.map(([name, param]) => \`(\${param})[b.i] as \${name}\`).join(', ')}
+     from generate_subscripts(\${columns[0]![1]}, 1) as b(i)\`;`,
+    replace: `\`select * from unnest(\${columns.map(([, param]) => param).join(', ')}) as b(\${columns.map(([name]) => name).join(', ')})\`;`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'start-rate-refused-by-ids',
+    file: FENCE,
+    statement: 'tasks_start_if_claimed',
+    guard: 'rate_refused names its rows by the refused ids: joined alone, it read tasks_running_idx whole',
+    find: `where t.id = any(array(select x.id from rate_decided x where x.over)) and t.id = rd.id`,
+    replace: `where t.id = rd.id`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
 ];

@@ -4,7 +4,7 @@
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { freeSlotsOf } from './concurrency.ts';
-import { at, lostFromRow, rateBaseOf, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
+import { at, batchRows, lostFromRow, rateBaseOf, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
 
 /** Queues that are not paused and hold runnable work. */
 const queuesListClaimable = sql(
@@ -366,7 +366,7 @@ const tasksReleaseUndispatched = sql(
   `with released as (
      update tasks t set status = 'queued', attempts = t.attempts - 1, lease_expires_at = null,
                         updated_at = coalesce($1::timestamptz, now())
-     from unnest($2::bigint[], $3::bigint[]) as c(id, epoch)
+     from (${batchRows([['id', '$2::bigint[]'], ['epoch', '$3::bigint[]']])}) as c
      where t.id = any($2::bigint[]) and t.id = c.id and t.lease_epoch = c.epoch and t.status = 'running'
        and t.dispatched_at is null and t.started_at is null
        and not exists (select 1 from dispatch_marks d where d.claim_token = t.claim_token)

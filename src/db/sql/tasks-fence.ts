@@ -7,6 +7,7 @@ import { taskFromRow, type Task, type TaskRow, type TaskStatus } from './taskRow
 import { freeSlotsOf } from './concurrency.ts';
 import {
   at,
+  batchRows,
   countPendingOf,
   lostFromRow,
   rateBaseOf,
@@ -76,13 +77,13 @@ export interface EarlyTask {
 const tasksStartIfClaimed = sql(
   'tasks_start_if_claimed',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
-   msg as (select * from unnest($2::bigint[], $3::bigint[]) as m(id, epoch)),
+   msg as (${batchRows([['id', '$2::bigint[]'], ['epoch', '$3::bigint[]']])}),
    -- The batch's rate-limited tasks, locked before their keys' start lines:
    -- every statement takes task rows first, then line rows (unlocked here, a
    -- start holding the key's row deadlocked against a claim, seen in the
    -- bench, when both lines shared one row).
    rate_locked as (
-     select t.id, t.tenant, t.rate_key, t.run_at, t.rate_limit, t.rate_period_seconds
+     select t.id, msg.epoch, t.tenant, t.rate_key, t.run_at, t.rate_limit, t.rate_period_seconds
      from msg join tasks t on t.id = msg.id cross join clock
      where t.id = any($2::bigint[]) and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
        and t.rate_key is not null
@@ -97,7 +98,7 @@ const tasksStartIfClaimed = sql(
    -- tasks this statement starts: early messages start in groups, each with
    -- its own statement. The batch's newest only if the key has no row yet.
    rate_due as (
-     select r.id, r.tenant, r.rate_key, greatest(clock.now, r.run_at) as due,
+     select r.id, r.epoch, r.tenant, r.rate_key, greatest(clock.now, r.run_at) as due,
             coalesce(k.max_starts, first_value(r.rate_limit) over newest) as max_starts,
             coalesce(k.period_seconds, first_value(r.rate_period_seconds) over newest) as period_seconds,
             row_number() over (partition by r.tenant, r.rate_key order by greatest(clock.now, r.run_at), r.id) as pos
@@ -127,7 +128,7 @@ const tasksStartIfClaimed = sql(
      returning l.tenant, l.key, l.start_from
    ),
    rate_decided as (
-     select b.id, s.start_at, s.start_at > greatest(b.due, clock.now + make_interval(secs => $5::int)) as over
+     select b.id, b.epoch, s.start_at, s.start_at > greatest(b.due, clock.now + make_interval(secs => $5::int)) as over
      from rate_base b join rate_starts g on g.tenant = b.tenant and g.key = b.rate_key, clock,
           lateral (select greatest(g.start_from, b.base) + (b.pos - 1) * b.step as start_at) s
    ),
@@ -146,7 +147,10 @@ const tasksStartIfClaimed = sql(
    ),
    -- refuse_over_rate: a start the line would push past the wait budget goes
    -- back queued with its vtime, the attempt refunded, run_at moved to when
-   -- the line allows (the rows rate_due found startable, rechecked).
+   -- the line allows (the rows rate_due found startable, rechecked). Named
+   -- by the ids refused alone (usually none): by the batch's, the generic
+   -- plan rescanned rate_decided and msg for every task row; by the join
+   -- alone, it read tasks_running_idx whole.
    rate_refused as (
      update tasks t set
        status = 'queued',
@@ -155,8 +159,8 @@ const tasksStartIfClaimed = sql(
        dispatched_at = null,
        lease_expires_at = null,
        updated_at = clock.now
-     from rate_decided rd join msg on msg.id = rd.id, clock
-     where t.id = any($2::bigint[]) and t.id = rd.id and t.lease_epoch = msg.epoch
+     from rate_decided rd, clock
+     where t.id = any(array(select x.id from rate_decided x where x.over)) and t.id = rd.id and t.lease_epoch = rd.epoch
        and t.status = 'running' and t.started_at is null and rd.over
      returning t.id, t.tenant, t.concurrency_key
    ),
@@ -194,7 +198,7 @@ const tasksStartIfClaimed = sql(
      select m.id, cur.attempts, m.epoch, case when cur.status = 'cancelled' then 'cancelled' else 'skipped_stale' end,
             clock.now, 'StaleMessage',
             'message of epoch ' || m.epoch || ' skipped: the task is ' || cur.status || ' at epoch ' || cur.lease_epoch
-     from msg m join tasks cur on cur.id = m.id, clock
+     from msg m join tasks cur on cur.id = m.id and cur.id = any($2::bigint[]), clock
      -- Not a message of the current claim that did not start: early (it
      -- waits and comes back) or refused for a paused queue (refunded).
      where m.id not in (select id from started)
@@ -212,7 +216,8 @@ const tasksStartIfClaimed = sql(
                when rr.id is not null then 'rate_limited'
                when cur.lease_epoch = m.epoch and cur.status = 'running' and cur.started_at is null and cur.run_at > clock.now
                then 'early' end
-   from msg m cross join clock cross join slots_freed left join tasks cur on cur.id = m.id left join refused r on r.id = m.id
+   from msg m cross join clock cross join slots_freed
+        left join tasks cur on cur.id = m.id and cur.id = any($2::bigint[]) left join refused r on r.id = m.id
         left join rate_refused rr on rr.id = m.id
    where m.id not in (select id from started)`,
 );
@@ -286,9 +291,18 @@ const tasksFinishIfRunning = sql(
   'tasks_finish_if_running',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    res as (
-     select * from unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[],
-                          $9::boolean[], $10::int[], $11::jsonb[])
-       as r(id, epoch, outcome, error, retry_delay_ms, error_name, error_message, timed_out, http_status, result)
+     ${batchRows([
+       ['id', '$2::bigint[]'],
+       ['epoch', '$3::bigint[]'],
+       ['outcome', '$4::text[]'],
+       ['error', '$5::text[]'],
+       ['retry_delay_ms', '$6::int[]'],
+       ['error_name', '$7::text[]'],
+       ['error_message', '$8::text[]'],
+       ['timed_out', '$9::boolean[]'],
+       ['http_status', '$10::int[]'],
+       ['result', '$11::jsonb[]'],
+     ])}
    ),
    decided as (
      select r.*, t.attempts, t.started_at as attempt_started_at, case
@@ -339,7 +353,7 @@ const tasksFinishIfRunning = sql(
    from finished f cross join slots_freed
    union all
    select r.id, r.epoch, null, null, cur.lease_epoch, cur.status
-   from res r left join tasks cur on cur.id = r.id
+   from res r left join tasks cur on cur.id = r.id and cur.id = any($2::bigint[])
    where r.id not in (select id from finished)`,
 );
 

@@ -4,7 +4,7 @@
 // the lost-fence report of the fenced batch writes.
 //
 // The task statements. Each is one round trip, whatever the batch size: a batch
-// travels as parallel arrays through unnest(). Every parameter is cast; a
+// travels as parallel arrays (through unnest, or batchRows). Every parameter is cast; a
 // statement that reads the clock takes the override as $1 (null: the
 // database's now()), so tests travel in time and the database clock is the
 // only clock in production. (The updated_at that a statement sets on a
@@ -20,7 +20,8 @@
 // the planner then looks each id up. Joined only through the unnest, it
 // answered them by reading tasks_running_idx whole (its `status = 'running'`
 // predicate matches theirs): 10,100 rows and ~20 ms per 100 with 10,000
-// tasks in flight (`BENCH_RUNNING=10000 npm run bench:explain`).
+// tasks in flight (`BENCH_RUNNING=10000 npm run bench:explain`). Their pairs
+// come from batchRows, not unnest (below).
 import { TASK_COLUMNS, type TaskStatus } from './taskRows.ts';
 
 export type Now = Date | null | undefined;
@@ -73,6 +74,25 @@ export const rateBaseOf = (source: string) => `rate_base as (
               over (partition by r.tenant, r.rate_key order by r.pos) as base
      from ${source} r
    )`;
+
+/**
+ * The rows of a batch that travels as parallel arrays, one row per subscript
+ * of the first: `batchRows([['id', '$2::bigint[]'], ['epoch', '$3::bigint[]']])`
+ * (as unnest of them all, for arrays of one length).
+ *
+ * Not unnest, for the fenced batch writes. Once a pooled connection has run a
+ * statement five times, Postgres plans it once for any parameters (a generic
+ * plan). It then estimates unnest of a parameter at 10 rows, and
+ * `t.id = any($2)` at 10 too, and joined the two by a nested loop that
+ * rescans the batch for every task row: 9,900 comparisons per 100 tasks, 3.5
+ * to 5 ms in each of the fenced start and finish, more than the rest of either
+ * (issue 12). generate_subscripts is estimated at 1,000 rows, so the join is
+ * hashed. The statements that read tasks by the batch's ids alone (the dispatch
+ * mark) keep unnest: its low estimate is what makes them look each id up.
+ */
+export const batchRows = (columns: readonly (readonly [name: string, param: string])[]) =>
+  `select ${columns.map(([name, param]) => `(${param})[b.i] as ${name}`).join(', ')}
+     from generate_subscripts(${columns[0]![1]}, 1) as b(i)`;
 
 /** Fills the task columns of a UNION branch that reports a lost fence (by id only). */
 export const TASK_COLUMNS_NULLS_BUT_ID = TASK_COLUMN_NAMES.slice(1).map((c) => `null as ${c}`).join(', ');

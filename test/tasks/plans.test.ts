@@ -1,0 +1,116 @@
+// The plans of the fenced batch writes on a pooled connection (issue 12).
+// After five runs of a named statement, Postgres plans it once for any
+// parameters (a generic plan). With the batch from unnest, that plan joined
+// the batch to its task rows by a nested loop that rescanned the batch for
+// every row: 9,900 comparisons per 100 tasks, most of the fenced start's and
+// finish's cost in the drain. These tests read the generic plans as run
+// (EXPLAIN ANALYZE, rolled back): each scan of the batch runs once, and no
+// scan of `tasks` reads more rows than the batch names, with more tasks
+// running than the batch and statistics taken before any ran (what made a
+// join without the ids read tasks_running_idx whole).
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { Queryable, Sql } from '../../src/db/seam.ts';
+import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
+import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
+import { createHarness } from '../helpers/harness.ts';
+
+const t = useTestDatabase();
+
+interface PlanNode {
+  'Node Type': string;
+  'CTE Name'?: string;
+  'Relation Name'?: string;
+  'Index Name'?: string;
+  'Actual Rows': number;
+  'Actual Loops': number;
+  Plans?: PlanNode[];
+}
+
+const nodesOf = (node: PlanNode): PlanNode[] => [node, ...(node.Plans ?? []).flatMap(nodesOf)];
+
+class Rollback extends Error {}
+
+let probes = 0;
+
+/**
+ * Runs `write` with its one statement explained, not run: prepared under a
+ * name of its own, executed under a generic plan with EXPLAIN ANALYZE (the
+ * values as literals: EXECUTE takes no bind parameters), rolled back.
+ * Returns every node of the plan as executed.
+ */
+async function genericPlanOf(write: (q: Queryable) => Promise<unknown>): Promise<PlanNode[]> {
+  let nodes: PlanNode[] = [];
+  const name = `plan_probe_${++probes}`;
+  try {
+    await t.db.transaction(async (tx) => {
+      const explaining: Queryable = {
+        query: (async (s: Sql | string, values: readonly unknown[] = []) => {
+          await tx.query(`prepare ${name} as ${typeof s === 'string' ? s : s.text}`);
+          const [{ types }] = await tx.query<{ types: string[] }>(
+            `select parameter_types::text[] as types from pg_prepared_statements where name = $1`,
+            [name],
+          );
+          const args: string[] = [];
+          for (const [i, type] of types.entries()) {
+            const [{ literal }] = await tx.query<{ literal: string }>(`select quote_nullable($1::${type}) as literal`, [values[i]]);
+            args.push(`${literal}::${type}`);
+          }
+          await tx.query('set local plan_cache_mode = force_generic_plan');
+          const rows = await tx.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(
+            `explain (analyze, format json) execute ${name}(${args.join(', ')})`,
+          );
+          nodes = nodesOf(rows[0]!['QUERY PLAN'][0].Plan);
+          await tx.query(`deallocate ${name}`);
+          throw new Rollback();
+        }) as Queryable['query'],
+      };
+      await write(explaining);
+    });
+  } catch (error) {
+    if (!(error instanceof Rollback)) throw error;
+  }
+  return nodes;
+}
+
+const BATCH = 100;
+const RUNNING = 300;
+let batch: { id: string; epoch: number }[] = [];
+
+beforeAll(async () => {
+  await resetTables(t.db);
+  const h = createHarness(t.db);
+  await h.enqueue(Array.from({ length: RUNNING }, () => ({ task: 'noop' })), { now: T0 });
+  // Statistics from before any task ran: the planner then takes the running
+  // tasks for none.
+  await t.db.query('analyze tasks');
+  await h.sweep({ now: T0 });
+  const bodies = h.outbox.take().map((m) => m.body);
+  expect(bodies).toHaveLength(RUNNING);
+  batch = bodies.slice(0, BATCH).map((b) => ({ id: b.id, epoch: b.epoch }));
+});
+
+/** The scans of the batch's own rows run once, and those of tasks read at most the batch. */
+function expectLinear(nodes: PlanNode[], batchCte: string) {
+  expect(nodes.length).toBeGreaterThan(10);
+  const batchScans = nodes.filter((n) => n['CTE Name'] === batchCte && n['Actual Rows'] > 0);
+  expect(batchScans.length).toBeGreaterThan(0);
+  for (const n of nodes.filter((n) => n['CTE Name'] === batchCte)) expect(n['Actual Loops'], `${batchCte} rescanned`).toBeLessThanOrEqual(1);
+  for (const n of nodes.filter((n) => n['Relation Name'] === 'tasks')) {
+    expect(n['Actual Rows'] * n['Actual Loops'], `${n['Node Type']} on ${n['Index Name'] ?? 'tasks'}`).toBeLessThanOrEqual(BATCH);
+  }
+}
+
+describe('generic plans of the fenced batch writes', () => {
+  it('the fenced start joins its batch by hashing and reads only its tasks', async () => {
+    const nodes = await genericPlanOf((q) => startIfClaimed(q, { now: at(1), tasks: batch, leaseGraceSeconds: 30 }));
+    expectLinear(nodes, 'msg');
+  });
+
+  it('the fenced finish joins its batch by hashing and reads only its tasks', async () => {
+    const { started } = await startIfClaimed(t.db, { now: at(1), tasks: batch, leaseGraceSeconds: 30 });
+    expect(started).toHaveLength(BATCH);
+    const results = batch.map((b) => ({ ...b, outcome: 'succeeded' as const, error: null, retryDelayMs: null }));
+    const nodes = await genericPlanOf((q) => finishIfRunning(q, { now: at(2), results }));
+    expectLinear(nodes, 'res');
+  });
+});
