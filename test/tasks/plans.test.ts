@@ -46,14 +46,14 @@ async function genericPlanOf(write: (q: Queryable) => Promise<unknown>): Promise
       const explaining: Queryable = {
         query: (async (s: Sql | string, values: readonly unknown[] = []) => {
           await tx.query(`prepare ${name} as ${typeof s === 'string' ? s : s.text}`);
-          const [{ types }] = await tx.query<{ types: string[] }>(
+          const [probe] = await tx.query<{ types: string[] }>(
             `select parameter_types::text[] as types from pg_prepared_statements where name = $1`,
             [name],
           );
           const args: string[] = [];
-          for (const [i, type] of types.entries()) {
-            const [{ literal }] = await tx.query<{ literal: string }>(`select quote_nullable($1::${type}) as literal`, [values[i]]);
-            args.push(`${literal}::${type}`);
+          for (const [i, type] of probe!.types.entries()) {
+            const [quoted] = await tx.query<{ literal: string }>(`select quote_nullable($1::${type}) as literal`, [values[i]]);
+            args.push(`${quoted!.literal}::${type}`);
           }
           await tx.query('set local plan_cache_mode = force_generic_plan');
           const rows = await tx.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(
@@ -89,12 +89,17 @@ beforeAll(async () => {
   batch = bodies.slice(0, BATCH).map((b) => ({ id: b.id, epoch: b.epoch }));
 });
 
-/** The scans of the batch's own rows run once, and those of tasks read at most the batch. */
-function expectLinear(nodes: PlanNode[], batchCte: string) {
+/**
+ * The scans of the batch's own rows (CTEs `batchCtes`, the first the batch
+ * itself) run once, and those of tasks read at most the batch.
+ */
+function expectLinear(nodes: PlanNode[], ...batchCtes: string[]) {
   expect(nodes.length).toBeGreaterThan(10);
-  const batchScans = nodes.filter((n) => n['CTE Name'] === batchCte && n['Actual Rows'] > 0);
-  expect(batchScans.length).toBeGreaterThan(0);
-  for (const n of nodes.filter((n) => n['CTE Name'] === batchCte)) expect(n['Actual Loops'], `${batchCte} rescanned`).toBeLessThanOrEqual(1);
+  for (const cte of batchCtes) {
+    const scans = nodes.filter((n) => n['CTE Name'] === cte);
+    expect(scans.some((n) => n['Actual Rows'] > 0), `${cte} read`).toBe(true);
+    for (const n of scans) expect(n['Actual Loops'], `${cte} rescanned`).toBeLessThanOrEqual(1);
+  }
   for (const n of nodes.filter((n) => n['Relation Name'] === 'tasks')) {
     expect(n['Actual Rows'] * n['Actual Loops'], `${n['Node Type']} on ${n['Index Name'] ?? 'tasks'}`).toBeLessThanOrEqual(BATCH);
   }
@@ -112,5 +117,19 @@ describe('generic plans of the fenced batch writes', () => {
     const results = batch.map((b) => ({ ...b, outcome: 'succeeded' as const, error: null, retryDelayMs: null }));
     const nodes = await genericPlanOf((q) => finishIfRunning(q, { now: at(2), results }));
     expectLinear(nodes, 'res');
+  });
+
+  it("a rate-limited batch's start reads its places once, whatever the batch's size", async () => {
+    const h = createHarness(t.db);
+    const rateLimit = { key: 'partner', limit: 10_000, periodSeconds: 1 };
+    await h.enqueue(Array.from({ length: BATCH }, () => ({ task: 'noop', rateLimit })), { now: at(10) });
+    await h.sweep({ now: at(10) });
+    const rated = h.outbox.take().map((m) => ({ id: m.body.id, epoch: m.body.epoch }));
+    expect(rated).toHaveLength(BATCH);
+    const nodes = await genericPlanOf((q) => startIfClaimed(q, { now: at(11), tasks: rated, leaseGraceSeconds: 30 }));
+    // One key: its line is read once, and each of its starts once.
+    expectLinear(nodes, 'msg', 'rate_decided', 'rate_base', 'places');
+    const { started } = await startIfClaimed(t.db, { now: at(11), tasks: rated, leaseGraceSeconds: 30 });
+    expect(started).toHaveLength(BATCH);
   });
 });

@@ -122,11 +122,9 @@ export const mutants: Mutant[] = [
     statement: 'tasks_start_if_claimed',
     guard: `the lease epoch`,
     find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
-       and t.status = 'running' and t.started_at is null
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+       and t.status = 'running' and t.started_at is null and t.rate_key is null`,
     replace: `where t.id = any($2::bigint[]) and t.id = msg.id
-       and t.status = 'running' and t.started_at is null
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+       and t.status = 'running' and t.started_at is null and t.rate_key is null`,
     tests: ['test/tasks/fencing.test.ts', 'test/tasks/faults.test.ts'],
   },
   {
@@ -135,11 +133,9 @@ export const mutants: Mutant[] = [
     statement: 'tasks_start_if_claimed',
     guard: `\`status = 'running'\` (a cancelled task already sent)`,
     find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
-       and t.status = 'running' and t.started_at is null
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+       and t.status = 'running' and t.started_at is null and t.rate_key is null`,
     replace: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
-       and t.started_at is null
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+       and t.started_at is null and t.rate_key is null`,
     tests: ['test/tasks/cancel.test.ts'],
   },
   {
@@ -148,11 +144,9 @@ export const mutants: Mutant[] = [
     statement: 'tasks_start_if_claimed',
     guard: `started_at is null (a duplicate delivery)`,
     find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
-       and t.status = 'running' and t.started_at is null
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+       and t.status = 'running' and t.started_at is null and t.rate_key is null`,
     replace: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
-       and t.status = 'running'
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+       and t.status = 'running' and t.rate_key is null`,
     tests: ['test/tasks/fencing.test.ts'],
   },
   {
@@ -321,12 +315,10 @@ export const mutants: Mutant[] = [
     file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: 'a paused queue refuses the start',
-    find: `and not exists (select 1 from queues q where q.name = t.queue and q.paused)
-       and t.run_at <= clock.now
-     returning`,
-    replace: `and not exists (select 1 from queues q where q.name = t.queue and false)
-       and t.run_at <= clock.now
-     returning`,
+    find: `and t.rate_key is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+    replace: `and t.rate_key is null
+       and not exists (select 1 from queues q where q.name = t.queue and false)`,
     tests: ['test/tasks/lookahead.test.ts'],
   },
   {
@@ -993,12 +985,10 @@ export const mutants: Mutant[] = [
     also: [
       {
         file: FENCE,
-        find: `and not exists (select 1 from queues q where q.name = t.queue and q.paused)
-       and t.run_at <= clock.now
-     returning \${TASK_COLUMNS_T}`,
-        replace: `and true
-       and t.run_at <= clock.now
-     returning \${TASK_COLUMNS_T}`,
+        find: `and t.rate_key is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+        replace: `and t.rate_key is null
+       and true`,
       },
     ],
     tests: ['test/tasks/lookahead.test.ts'],
@@ -1009,9 +999,13 @@ export const mutants: Mutant[] = [
     statement: 'tasks_start_if_claimed',
     guard: 'start_only_when_due: a message delivered before run_at does not start its task (a reschedule, cancel or pause in that window still wins)',
     find: `and t.run_at <= clock.now
-     returning`,
+     returning \${STARTED_COLUMNS}
+   ),
+   -- The places`,
     replace: `and true
-     returning`,
+     returning \${STARTED_COLUMNS}
+   ),
+   -- The places`,
     tests: ['test/tasks/lookahead.test.ts'],
   },
   {
@@ -1587,7 +1581,13 @@ export const mutants: Mutant[] = [
     guard: 'refuse_over_rate: a start pushed past the wait budget goes back queued',
     find: `and t.status = 'running' and t.started_at is null and rd.over`,
     replace: `and t.status = 'running' and t.started_at is null and false`,
-    also: [{ file: FENCE, find: `where not coalesce(rd.over, false)) msg, clock`, replace: `where true) msg, clock` }],
+    also: [
+      {
+        file: FENCE,
+        find: `from rate_decided where not over) p,`,
+        replace: `from rate_decided) p,`,
+      },
+    ],
     tests: ['test/tasks/rate-limit.test.ts'],
   },
   {
@@ -1946,6 +1946,27 @@ export const mutants: Mutant[] = [
     guard: 'rate_refused names its rows by the refused ids: joined alone, it read tasks_running_idx whole',
     find: `where t.id = any(array(select x.id from rate_decided x where x.over)) and t.id = rd.id`,
     replace: `where t.id = rd.id`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'start-rate-line-per-key',
+    file: FENCE,
+    statement: 'tasks_start_if_claimed',
+    guard: "rate_starts computes each key's line once, not once per start of the key",
+    find: `     select b.tenant, b.rate_key,
+            coalesce((select max(x.base + x.pos * x.step) from rate_base x`,
+    replace: `     select distinct on (b.tenant, b.rate_key) b.tenant, b.rate_key,
+            coalesce((select max(x.base + x.pos * x.step) from rate_base x`,
+    also: [{ file: FENCE, find: `from (select distinct tenant, rate_key from rate_base) b, clock`, replace: `from rate_base b, clock` }],
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'start-places-materialized',
+    file: FENCE,
+    statement: 'tasks_start_if_claimed',
+    guard: 'the places are materialized (estimated like the batch): inlined, the update rescanned them per task row',
+    find: `   places as materialized (`,
+    replace: `   places as (`,
     tests: ['test/tasks/plans.test.ts'],
   },
 ];

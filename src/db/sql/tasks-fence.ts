@@ -74,6 +74,13 @@ export interface EarlyTask {
  * attempt refunded, run_at moved to when allowed) and comes back as lost
  * with reason `rate_limited`.
  */
+/** The hand-off's time, from the batch's dispatch mark (now if the sweep died before writing it). */
+const DISPATCHED_AT = `coalesce(t.dispatched_at,
+                                (select d.dispatched_at from dispatch_marks d where d.claim_token = t.claim_token),
+                                clock.now)`;
+const STARTED_COLUMNS = `${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
+               greatest(0, extract(epoch from t.started_at - clock.now) * 1000)::float8 as wait_ms`;
+
 const tasksStartIfClaimed = sql(
   'tasks_start_if_claimed',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
@@ -107,14 +114,16 @@ const tasksStartIfClaimed = sql(
      window newest as (partition by r.tenant, r.rate_key order by r.id desc)
    ),
    ${rateBaseOf('rate_due')},
+   -- One row per key, each reading its own starts (per start, it read the
+   -- key's every start: quadratic in the batch).
    rate_starts as (
      insert into rate_start_lines as l (tenant, key, next_start_at)
-     select distinct on (b.tenant, b.rate_key) b.tenant, b.rate_key,
+     select b.tenant, b.rate_key,
             coalesce((select max(x.base + x.pos * x.step) from rate_base x
                       where x.tenant = b.tenant and x.rate_key = b.rate_key
                         and x.base + (x.pos - 1) * x.step <= greatest(x.due, clock.now + make_interval(secs => $5::int))),
                      '-infinity')
-     from rate_base b, clock
+     from (select distinct tenant, rate_key from rate_base) b, clock
      order by b.tenant, b.rate_key
      on conflict (tenant, key) do update set
        start_from = l.next_start_at,
@@ -166,29 +175,51 @@ const tasksStartIfClaimed = sql(
    ),
    -- Both refusals give the slot back (the task waits again).
    ${freeSlotsOf('(select tenant, concurrency_key from refused union all select tenant, concurrency_key from rate_refused)')},
-   started as (
+   -- The starts: those without a rate limit from the batch, the rate-limited
+   -- ones from their places on the line. One update over the batch joined to
+   -- rate_decided rescanned rate_decided for every task row (the planner
+   -- expects it near empty): quadratic in a rated batch.
+   started_now as (
      update tasks t set
-       -- A rate-limited start takes its place on the key's line: up to $5 s
-       -- later than now (the consumer waits for it); any other starts now.
-       run_at = coalesce(msg.start_at, t.run_at),
-       started_at = greatest(clock.now, coalesce(msg.start_at, clock.now)),
-       -- The hand-off's time, from the batch's dispatch mark (now if the sweep died before writing it).
-       dispatched_at = coalesce(t.dispatched_at,
-                                (select d.dispatched_at from dispatch_marks d where d.claim_token = t.claim_token),
-                                clock.now),
-       lease_expires_at = greatest(clock.now, coalesce(msg.start_at, clock.now))
-                          + make_interval(secs => (t.timeout_ms / 1000.0) + $4::int),
+       started_at = clock.now,
+       dispatched_at = ${DISPATCHED_AT},
+       lease_expires_at = clock.now + make_interval(secs => (t.timeout_ms / 1000.0) + $4::int),
        updated_at = clock.now
-     -- refuse_over_rate: not the starts the rate line pushed too far (rate_refused took them).
-     from (select m.*, rd.start_at from msg m left join rate_decided rd on rd.id = m.id
-           where not coalesce(rd.over, false)) msg, clock
+     from msg, clock
      where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+       and t.status = 'running' and t.started_at is null and t.rate_key is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)
+       and t.run_at <= clock.now
+     returning ${STARTED_COLUMNS}
+   ),
+   -- The places the rate-limited starts take, as arrays and back to rows:
+   -- generate_subscripts is estimated like the batch (batchRows), so the
+   -- update joins them to their tasks by hashing.
+   -- refuse_over_rate: not the starts the rate line pushed too far (rate_refused took them).
+   places as materialized (
+     select p.ids[g.i] as id, p.epochs[g.i] as epoch, p.starts[g.i] as start_at
+     from (select array_agg(id) as ids, array_agg(epoch) as epochs, array_agg(start_at) as starts
+           from rate_decided where not over) p,
+          generate_subscripts(p.ids, 1) as g(i)
+   ),
+   -- A rate-limited start takes its place on the key's line: up to $5 s
+   -- later than now (the consumer waits for it). The conditions are
+   -- rate_locked's, rechecked: it locked these rows.
+   started_on_line as (
+     update tasks t set
+       run_at = p.start_at,
+       started_at = greatest(clock.now, p.start_at),
+       dispatched_at = ${DISPATCHED_AT},
+       lease_expires_at = greatest(clock.now, p.start_at) + make_interval(secs => (t.timeout_ms / 1000.0) + $4::int),
+       updated_at = clock.now
+     from places p, clock
+     where t.id = any($2::bigint[]) and t.id = p.id and t.lease_epoch = p.epoch
        and t.status = 'running' and t.started_at is null
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)
        and t.run_at <= clock.now
-     returning ${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
-               greatest(0, extract(epoch from t.started_at - clock.now) * 1000)::float8 as wait_ms
+     returning ${STARTED_COLUMNS}
    ),
+   started as (select * from started_now union all select * from started_on_line),
    -- Attempt history (migration 0017): a message that started nothing is
    -- recorded against its epoch, \`cancelled\` when the task was cancelled
    -- after its early claim, \`skipped_stale\` otherwise (a stale or duplicate
