@@ -42,6 +42,13 @@ export interface EarlyTask {
   waitMs: number;
 }
 
+/** The hand-off's time, from the batch's dispatch mark (now if the sweep died before writing it). */
+const DISPATCHED_AT = `coalesce(t.dispatched_at,
+                                (select d.dispatched_at from dispatch_marks d where d.claim_token = t.claim_token),
+                                clock.now)`;
+const STARTED_COLUMNS = `${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
+               greatest(0, extract(epoch from t.started_at - clock.now) * 1000)::float8 as wait_ms`;
+
 /**
  * Fenced start for a whole message batch: marks `started_at` only where id,
  * epoch and `running` still match and the attempt has not started yet, so a
@@ -74,13 +81,6 @@ export interface EarlyTask {
  * attempt refunded, run_at moved to when allowed) and comes back as lost
  * with reason `rate_limited`.
  */
-/** The hand-off's time, from the batch's dispatch mark (now if the sweep died before writing it). */
-const DISPATCHED_AT = `coalesce(t.dispatched_at,
-                                (select d.dispatched_at from dispatch_marks d where d.claim_token = t.claim_token),
-                                clock.now)`;
-const STARTED_COLUMNS = `${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
-               greatest(0, extract(epoch from t.started_at - clock.now) * 1000)::float8 as wait_ms`;
-
 const tasksStartIfClaimed = sql(
   'tasks_start_if_claimed',
   `with clock as (select coalesce($1::timestamptz, now()) as now),

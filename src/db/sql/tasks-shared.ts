@@ -4,9 +4,9 @@
 // the lost-fence report of the fenced batch writes.
 //
 // The task statements. Each is one round trip, whatever the batch size: a batch
-// travels as parallel arrays (through unnest, or batchRows). Every parameter is cast; a
-// statement that reads the clock takes the override as $1 (null: the
-// database's now()), so tests travel in time and the database clock is the
+// travels as parallel arrays (through unnest, or batchRows). Every parameter
+// is cast; a statement that reads the clock takes the override as $1 (null:
+// the database's now()), so tests travel in time and the database clock is the
 // only clock in production. (The updated_at that a statement sets on a
 // tenants, concurrency_slots or rate_limits row is the real now(): a record
 // of the write, which no statement reads.) The reads (get, list, spent keys)
