@@ -1584,8 +1584,12 @@ export const mutants: Mutant[] = [
     also: [
       {
         file: FENCE,
-        find: `from rate_decided where not over) p,`,
-        replace: `from rate_decided) p,`,
+        find: `['id', '(select array_agg(id order by id) from rate_decided where not over)'],
+     ['epoch', '(select array_agg(epoch order by id) from rate_decided where not over)'],
+     ['start_at', '(select array_agg(start_at order by id) from rate_decided where not over)'],`,
+        replace: `['id', '(select array_agg(id order by id) from rate_decided)'],
+     ['epoch', '(select array_agg(epoch order by id) from rate_decided)'],
+     ['start_at', '(select array_agg(start_at order by id) from rate_decided)'],`,
       },
     ],
     tests: ['test/tasks/rate-limit.test.ts'],

@@ -192,16 +192,15 @@ const tasksStartIfClaimed = sql(
        and t.run_at <= clock.now
      returning ${STARTED_COLUMNS}
    ),
-   -- The places the rate-limited starts take, as arrays and back to rows:
-   -- generate_subscripts is estimated like the batch (batchRows), so the
-   -- update joins them to their tasks by hashing.
+   -- The places the rate-limited starts take, as arrays and back to rows
+   -- (batchRows): estimated like the batch, so the update joins them to
+   -- their tasks by hashing.
    -- refuse_over_rate: not the starts the rate line pushed too far (rate_refused took them).
-   places as materialized (
-     select p.ids[g.i] as id, p.epochs[g.i] as epoch, p.starts[g.i] as start_at
-     from (select array_agg(id) as ids, array_agg(epoch) as epochs, array_agg(start_at) as starts
-           from rate_decided where not over) p,
-          generate_subscripts(p.ids, 1) as g(i)
-   ),
+   places as materialized (${batchRows([
+     ['id', '(select array_agg(id order by id) from rate_decided where not over)'],
+     ['epoch', '(select array_agg(epoch order by id) from rate_decided where not over)'],
+     ['start_at', '(select array_agg(start_at order by id) from rate_decided where not over)'],
+   ])}),
    -- A rate-limited start takes its place on the key's line: up to $5 s
    -- later than now (the consumer waits for it). The conditions are
    -- rate_locked's, rechecked: it locked these rows.
