@@ -65,10 +65,24 @@ export async function openProjectDb(url: string, proxy: string, maxConnections =
   return db;
 }
 
+/**
+ * BENCH_PLANS: `pooled` (default), the bench's long-lived connections, on
+ * which Postgres plans a named statement once for any parameters after its
+ * fifth run (a generic plan), as it does for the peers' pools; `custom`, every
+ * statement of this project planned afresh, as a Worker's are: each
+ * invocation opens a connection of its own, so none runs a statement twice.
+ */
+export const benchPlans: 'pooled' | 'custom' = process.env.BENCH_PLANS === 'custom' ? 'custom' : 'pooled';
+
 export async function migrateProject(url: string, proxy: string): Promise<void> {
   const db = await openProjectDb(url, proxy);
   try {
     await migrate(db, await loadMigrations());
+    if (benchPlans === 'custom') {
+      await db.query(`do $$ begin
+                        execute format('alter database %I set plan_cache_mode = force_custom_plan', current_database());
+                      end $$`);
+    }
   } finally {
     await db.close();
   }

@@ -11,7 +11,7 @@ import { measureBundle, type BundleSize } from './bundle.ts';
 import { metricsScrapeTiming, type MetricsTiming } from './metrics.ts';
 import { prepareCeiling, runCeiling, type CeilingRun } from './ceiling.ts';
 import type { Ctx } from './context.ts';
-import { benchConfig, benchTransport } from './core.ts';
+import { benchConfig, benchPlans, benchTransport } from './core.ts';
 import { createCpuMeter } from './cpu.ts';
 import { graphileDrain, graphileEnqueue, graphileLatency, graphileSettings } from './graphile.ts';
 import type { PeerDrainResult, PeerRate } from './peers.ts';
@@ -658,7 +658,7 @@ results.table = table;
 const header = [
   `Machine: ${results.machine.cores} cores (${results.machine.cpu}), ${results.machine.memoryGiB} GiB; Node ${process.version}; PostgreSQL ${results.machine.postgres}; load average ${(results.machine.loadAverageAtStart as number[]).join(' ')} at start, ${(results.machine.loadAverageAtEnd as number[]).join(' ')} at end.`,
   `Run ${results.startedAt}, ${results.durationSeconds} s; ${settings.reps} repetitions after a warm-up, median (min–max); every figure printed only after its tasks were verified finished by SQL count.`,
-  `pg-boss: ${JSON.stringify(pgbossSettings(settings).work)}, pool ${settings.pgboss.poolMax}. graphile-worker: ${JSON.stringify(graphileSettings(settings).worker)}. This project: ${settings.sweepers} sweep loops + ${settings.consumers} consumers, claims of ${benchConfig.sweepBatchSize}, consumer batches of ${settings.queueBatch}, over ${benchTransport === 'hyperdrive' ? 'pg (the Hyperdrive transport)' : 'the Neon driver and the WebSocket proxy'}; latency sweep tick ${settings.tickMs / 1000} s.`,
+  `pg-boss: ${JSON.stringify(pgbossSettings(settings).work)}, pool ${settings.pgboss.poolMax}. graphile-worker: ${JSON.stringify(graphileSettings(settings).worker)}. This project: ${settings.sweepers} sweep loops + ${settings.consumers} consumers, claims of ${benchConfig.sweepBatchSize}, consumer batches of ${settings.queueBatch}, over ${benchTransport === 'hyperdrive' ? 'pg (the Hyperdrive transport)' : 'the Neon driver and the WebSocket proxy'}, ${benchPlans === 'custom' ? 'every statement planned afresh (BENCH_PLANS=custom, as a Worker plans)' : 'generic plans on its pooled connections'}; latency sweep tick ${settings.tickMs / 1000} s.`,
 ];
 const errors = Object.entries(results.errors).map(([k, v]) => `ERROR ${k}: ${v}`);
 console.log([...header, '', table, ...(errors.length ? ['', ...errors] : [])].join('\n'));

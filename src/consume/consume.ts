@@ -214,7 +214,7 @@ export async function consumeBatch(
   // early tasks once due); runs what started, waits out the early ones.
   // `onStatement` is called once the start statement has returned.
   async function startAndRun(
-    tasks: readonly { id: string; epoch: number }[],
+    tasks: readonly { id: string; epoch: number; rated?: boolean }[],
     now: Date | undefined,
     round: number,
     onStatement: () => void = () => {},

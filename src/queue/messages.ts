@@ -9,6 +9,12 @@ export interface TaskMessage {
   epoch: number;
   /** run_at in epoch milliseconds: the consumer waits out the sub-second rest. */
   runAt: number;
+  /**
+   * The task has a rate limit (sent only when true). A hint for the fenced
+   * start's choice of statement: a message without it still starts a
+   * rate-limited task on its key's line, one statement later.
+   */
+  rated?: boolean;
 }
 
 /** The part of a Cloudflare Queue producer binding the sweep uses. */
@@ -71,7 +77,7 @@ export function parseTaskMessage(body: unknown): TaskMessage | null {
   if (!b || typeof b !== 'object') return null;
   if (typeof b.id !== 'string' || !/^\d{1,19}$/.test(b.id)) return null;
   if (typeof b.epoch !== 'number' || !Number.isSafeInteger(b.epoch) || b.epoch < 1) return null;
-  return { id: b.id, epoch: b.epoch, runAt: typeof b.runAt === 'number' ? b.runAt : 0 };
+  return { id: b.id, epoch: b.epoch, runAt: typeof b.runAt === 'number' ? b.runAt : 0, ...(b.rated === true ? { rated: true } : {}) };
 }
 
 /** A fenced write that found the task under another epoch or status: reported, nothing applied (dispatch marks, finishes). */

@@ -97,7 +97,8 @@ export async function sendClaimed(deps: SweepDeps, queue: string, claimed: Claim
     // the message arrives a little early and the consumer waits out the rest,
     // so the task starts on its millisecond.
     const delaySeconds = Math.floor(c.delayMs / 1000) - config.queueBatchTimeoutSeconds;
-    return { body: { id: c.id, epoch: c.epoch, runAt: c.runAt.getTime() }, ...(delaySeconds > 0 ? { delaySeconds } : {}) };
+    const body = { id: c.id, epoch: c.epoch, runAt: c.runAt.getTime(), ...(c.rated ? { rated: true } : {}) };
+    return { body, ...(delaySeconds > 0 ? { delaySeconds } : {}) };
   });
   try {
     // A claim of SWEEP_BATCH_SIZE (500) goes out in sendBatch calls at once:

@@ -227,7 +227,7 @@ describe('bounds', () => {
     const bodies = outbox.take().map((m) => m.body);
     for (let i = 0; i < bodies.length; i += 100) await hc.consume(bodies.slice(i, i + 100), { now: T0 });
     // One start and one finish per Queue batch of up to 100.
-    expect(counted.counts.byName).toEqual({ tasks_start_if_claimed: 3, tasks_finish_if_running: 3 });
+    expect(counted.counts.byName).toEqual({ tasks_start_if_claimed_unrated: 3, tasks_finish_if_running: 3 });
     // the probe (issue 13), reap, due schedules, promote, wake parked tasks of keys
     // with room (issue 16), list queues, one claim of 250 (less than the batch of
     // 500, but a backlog: at least one sendBatch's worth) and one that finds the

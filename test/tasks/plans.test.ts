@@ -124,7 +124,8 @@ describe('generic plans of the fenced batch writes', () => {
     const rateLimit = { key: 'partner', limit: 10_000, periodSeconds: 1 };
     await h.enqueue(Array.from({ length: BATCH }, () => ({ task: 'noop', rateLimit })), { now: at(10) });
     await h.sweep({ now: at(10) });
-    const rated = h.outbox.take().map((m) => ({ id: m.body.id, epoch: m.body.epoch }));
+    const rated = h.outbox.take().map((m) => ({ id: m.body.id, epoch: m.body.epoch, rated: m.body.rated }));
+    expect(rated.every((m) => m.rated)).toBe(true);
     expect(rated).toHaveLength(BATCH);
     const nodes = await genericPlanOf((q) => startIfClaimed(q, { now: at(11), tasks: rated, leaseGraceSeconds: 30 }));
     // One key: its line is read once, and each of its starts once.

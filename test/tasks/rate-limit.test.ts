@@ -5,6 +5,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 import type { TaskInput } from '../../src/tasks/enqueue.ts';
+import { countStatements } from '../../src/db/seam.ts';
 
 const t = useTestDatabase();
 let h: Harness;
@@ -179,6 +180,52 @@ describe('rate limits', () => {
       const starts = (await rows('shared', tenant)).map((r) => r.started_at!.getTime() - T0.getTime()).sort((x, y) => x - y);
       expect(starts).toEqual([0, 10_000, 20_000]);
     }
+  });
+
+  it('messages say which tasks are rate-limited; a start without the word still keeps the line, one statement later', async () => {
+    const counted = countStatements(t.db);
+    const c = createHarness(counted.db);
+    const starts = () => ({
+      unrated: counted.counts.byName['tasks_start_if_claimed_unrated'] ?? 0,
+      rated: counted.counts.byName['tasks_start_if_claimed'] ?? 0,
+    });
+    await c.enqueue([...rated(2, 'pair', 1, 1), { task: 'noop' }, { task: 'noop' }], { now: T0 });
+    await c.sweep({ now: T0 });
+    const sent = c.outbox.take().map((m) => m.body);
+    const keyed = new Set((await rows('pair')).map((r) => r.id));
+    expect(sent.map((m) => m.rated === true)).toEqual(sent.map((m) => keyed.has(m.id)));
+    expect(keyed.size).toBe(2);
+
+    // The plain ones, as sent: the statement without the lines, once.
+    counted.reset();
+    await c.consume(sent.filter((m) => !m.rated), { now: T0 });
+    expect(starts()).toEqual({ unrated: 1, rated: 0 });
+
+    // The rate-limited ones without the word (a message from before it), the
+    // first a second late: the lean statement starts neither, the whole one
+    // puts both on the line, a second apart.
+    counted.reset();
+    const bare = sent.filter((m) => m.rated).map(({ rated: _, ...m }) => m);
+    const outcome = await c.consume(bare, { now: at(1) });
+    expect(outcome.results.map((r) => r.status)).toEqual(['succeeded', 'succeeded']);
+    expect(starts()).toEqual({ unrated: 1, rated: 1 });
+    const line = (await rows('pair')).map((r) => r.started_at!.getTime() - T0.getTime()).sort((x, y) => x - y);
+    expect(line).toEqual([1000, 2000]);
+  });
+
+  it('an early rate-limited message without the word starts, once due, by the whole statement alone', async () => {
+    const counted = countStatements(t.db);
+    const c = createHarness(counted.db);
+    await c.enqueue(rated(1, 'pair', 1, 1), { now: T0 });
+    await c.sweep({ now: T0 });
+    const [message] = c.outbox.take().map(({ body: { rated: _, ...m } }) => m);
+    await t.db.query(`update tasks set run_at = $1::timestamptz where id = $2::bigint`, [at(0.5), message!.id]);
+    counted.reset();
+    const outcome = await c.consume([{ ...message!, runAt: at(0.5).getTime() }], { now: T0 });
+    expect(outcome.results.map((r) => r.status)).toEqual(['succeeded']);
+    expect(counted.counts.byName['tasks_start_if_claimed_unrated']).toBe(1);
+    expect(counted.counts.byName['tasks_start_if_claimed']).toBe(1);
+    expect((await rows('pair'))[0]!.started_at!.getTime()).toBe(at(0.5).getTime());
   });
 
   it("a batch's starts spread over the line still share one finish statement", async () => {

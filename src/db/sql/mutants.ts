@@ -119,7 +119,7 @@ export const mutants: Mutant[] = [
   {
     id: 'start-epoch',
     file: FENCE,
-    statement: 'tasks_start_if_claimed',
+    statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: `the lease epoch`,
     find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null and t.rate_key is null`,
@@ -130,7 +130,7 @@ export const mutants: Mutant[] = [
   {
     id: 'start-status',
     file: FENCE,
-    statement: 'tasks_start_if_claimed',
+    statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: `\`status = 'running'\` (a cancelled task already sent)`,
     find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null and t.rate_key is null`,
@@ -141,7 +141,7 @@ export const mutants: Mutant[] = [
   {
     id: 'start-not-started',
     file: FENCE,
-    statement: 'tasks_start_if_claimed',
+    statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: `started_at is null (a duplicate delivery)`,
     find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null and t.rate_key is null`,
@@ -300,7 +300,7 @@ export const mutants: Mutant[] = [
   {
     id: 'start-refuse-epoch',
     file: FENCE,
-    statement: 'tasks_start_if_claimed',
+    statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: 'the lease epoch of the paused-queue refusal',
     find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null
@@ -313,7 +313,7 @@ export const mutants: Mutant[] = [
   {
     id: 'start-queue-paused',
     file: FENCE,
-    statement: 'tasks_start_if_claimed',
+    statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: 'a paused queue refuses the start',
     find: `and t.rate_key is null
        and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
@@ -976,7 +976,7 @@ export const mutants: Mutant[] = [
   {
     id: 'start-paused',
     file: FENCE,
-    statement: 'tasks_start_if_claimed',
+    statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: 'refuse_if_queue_paused: a paused queue\'s task does not start',
     find: `and exists (select 1 from queues q where q.name = t.queue and q.paused)
      returning t.id`,
@@ -996,22 +996,22 @@ export const mutants: Mutant[] = [
   {
     id: 'start-when-due',
     file: FENCE,
-    statement: 'tasks_start_if_claimed',
+    statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: 'start_only_when_due: a message delivered before run_at does not start its task (a reschedule, cancel or pause in that window still wins)',
     find: `and t.run_at <= clock.now
      returning \${STARTED_COLUMNS}
-   ),
+   ),\${rated ? \`
    -- The places`,
     replace: `and true
      returning \${STARTED_COLUMNS}
-   ),
+   ),\${rated ? \`
    -- The places`,
     tests: ['test/tasks/lookahead.test.ts'],
   },
   {
     id: 'start-paused-refund',
     file: FENCE,
-    statement: 'tasks_start_if_claimed',
+    statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: 'a refused start refunds the attempt counted at the claim',
     find: `status = 'queued',
        attempts = t.attempts - 1,
@@ -1673,10 +1673,10 @@ export const mutants: Mutant[] = [
   {
     id: 'free-slots-start-paused',
     file: FENCE,
-    statement: 'tasks_start_if_claimed',
+    statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: 'a start refused for a paused queue frees its slot',
-    find: `select tenant, concurrency_key from refused union all`,
-    replace: `select tenant, concurrency_key from refused where false union all`,
+    find: `(select tenant, concurrency_key from refused\${rated ?`,
+    replace: `(select tenant, concurrency_key from refused where false\${rated ?`,
     tests: ['test/tasks/concurrency.test.ts'],
   },
   {
@@ -1684,8 +1684,8 @@ export const mutants: Mutant[] = [
     file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: 'a start refused over its rate frees its slot',
-    find: `union all select tenant, concurrency_key from rate_refused)`,
-    replace: `union all select tenant, concurrency_key from rate_refused where false)`,
+    find: `' union all select tenant, concurrency_key from rate_refused'`,
+    replace: `' union all select tenant, concurrency_key from rate_refused where false'`,
     tests: ['test/tasks/concurrency.test.ts'],
   },
   {
@@ -1972,5 +1972,48 @@ export const mutants: Mutant[] = [
     find: `   places as materialized (`,
     replace: `   places as (`,
     tests: ['test/tasks/plans.test.ts'],
+  },
+  // -------------------------------------------------------------------------
+  // The fenced start without the rate limits' CTEs (issue 12): the messages'
+  // word picks it; a rate-limited task never starts off its line through it.
+  {
+    id: 'start-unrated-no-rated-start',
+    file: FENCE,
+    statement: 'tasks_start_if_claimed_unrated',
+    guard: 'the statement without the lines starts no rate-limited task (t.rate_key is null)',
+    find: `and t.status = 'running' and t.started_at is null and t.rate_key is null
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+    replace: `and t.status = 'running' and t.started_at is null and (t.rate_key is null or \${!rated})
+       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+    tests: ['test/tasks/rate-limit.test.ts'],
+  },
+  {
+    id: 'start-unrated-skips-rated',
+    file: FENCE,
+    statement: 'tasks_start_if_claimed_unrated',
+    guard: 'start_unrated_skips_rated: a due rate-limited task it did not start comes back `rated`, for the whole statement',
+    find: `when cur.rate_key is not null and cur.lease_epoch = m.epoch and cur.status = 'running'`,
+    replace: `when false and cur.lease_epoch = m.epoch and cur.status = 'running'`,
+    tests: ['test/tasks/rate-limit.test.ts'],
+  },
+  {
+    id: 'start-early-rated',
+    file: FENCE,
+    statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
+    guard: 'an early task says it is rate-limited, so its start once due takes the whole statement at once',
+    find: `then 'early' end,
+          cur.rate_key is not null`,
+    replace: `then 'early' end,
+          false`,
+    tests: ['test/tasks/rate-limit.test.ts'],
+  },
+  {
+    id: 'claim-rated',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: "a claimed task's message says whether it is rate-limited",
+    find: `t.rate_key is not null as rated,`,
+    replace: `false as rated,`,
+    tests: ['test/tasks/rate-limit.test.ts', 'test/tasks/plans.test.ts'],
   },
 ];

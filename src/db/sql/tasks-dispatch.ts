@@ -28,6 +28,8 @@ export interface ClaimedTask {
   traceparent: string | null;
   /** The claim statement's token (one per claimed batch), which the dispatch mark names. */
   claimToken: string;
+  /** It has a rate limit: its message says so, and the fenced start takes the statement with the lines. */
+  rated: boolean;
 }
 
 /**
@@ -224,7 +226,7 @@ const tasksClaimRunnable = sql(
        updated_at = clock.now
      from decided d, clock
      where t.id = d.id and d.takes_slot
-     returning t.id, t.lease_epoch, t.run_at, t.vtime, t.traceparent,
+     returning t.id, t.lease_epoch, t.run_at, t.vtime, t.traceparent, t.rate_key is not null as rated,
                greatest(0, floor(extract(epoch from t.run_at - clock.now) * 1000))::bigint as delay_ms
    ),
    advanced as (
@@ -232,10 +234,10 @@ const tasksClaimRunnable = sql(
      from (select max(vtime) as v from claimed) m
      where q.name = $2::text and m.v is not null
    )
-   (select id, lease_epoch, run_at, delay_ms, traceparent, null::int as parked from claimed order by vtime, id)
+   (select id, lease_epoch, run_at, delay_ms, traceparent, rated, null::int as parked from claimed order by vtime, id)
    union all
    -- How many were parked: the sweep keeps claiming while claimed + parked fill batches.
-   select null, null, null, null, null, (select count(*)::int from decided where not takes_slot)`,
+   select null, null, null, null, null, null, (select count(*)::int from decided where not takes_slot)`,
 );
 
 export async function claimTasks(
@@ -258,6 +260,7 @@ export async function claimTasks(
     run_at: Date;
     delay_ms: string;
     traceparent: string | null;
+    rated: boolean | null;
     parked: number | null;
   }>(
     tasksClaimRunnable,
@@ -272,6 +275,7 @@ export async function claimTasks(
       delayMs: Number(r.delay_ms),
       traceparent: r.traceparent,
       claimToken,
+      rated: r.rated === true,
     }));
   return { claimed, parked: Number(rows.find((r) => r.id === null)?.parked ?? 0) };
 }
