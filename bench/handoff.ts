@@ -47,8 +47,8 @@ export function createHandoff(): Handoff {
     async sendBatch(messages) {
       for (const m of messages) {
         sentCount += 1;
-        // A copy, as a Queue would serialise it.
-        makeVisible({ id: m.body.id, epoch: m.body.epoch, runAt: m.body.runAt }, (m.delaySeconds ?? 0) * 1000);
+        // A copy of the whole body, as a Queue would serialise it.
+        makeVisible({ ...m.body }, (m.delaySeconds ?? 0) * 1000);
       }
       wake();
     },
