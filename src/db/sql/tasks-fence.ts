@@ -87,7 +87,7 @@ const STARTED_COLUMNS = `${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
  * without, the rate limits' eight CTEs are left out, for batches whose
  * messages say none of their tasks has a rate limit. A Worker plans every
  * statement afresh (a new connection per invocation), and those CTEs were
- * half of the start's planning (6.0 -> 2.7 ms per 100 tasks, custom plans).
+ * half of the start's planning (5.0-5.6 -> 2.2-2.6 ms per 100 tasks, custom plans).
  * Without them, a task that does have a rate limit is not started
  * (start_unrated_skips_rated) and comes back with reason `rated`, and
  * startIfClaimed starts it with the whole statement: the messages' word is
