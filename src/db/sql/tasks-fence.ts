@@ -316,9 +316,13 @@ export async function startIfClaimed(
     else if (r.reason === 'early') out.early.push({ id: String(r.id), epoch: Number(r.epoch), waitMs: Number(r.wait_ms), rated: r.rated === true });
     else out.lost.push(r.reason ? { ...lostFromRow(r), reason: r.reason } : lostFromRow(r));
   }
-  if (left.length === 0) return out;
-  const rest = await startIfClaimed(q, { now: p.now, tasks: left, leaseGraceSeconds: p.leaseGraceSeconds });
-  return { started: [...out.started, ...rest.started], early: [...out.early, ...rest.early], lost: [...out.lost, ...rest.lost] };
+  if (left.length > 0) {
+    const rest = await startIfClaimed(q, { ...p, tasks: left });
+    out.started.push(...rest.started);
+    out.early.push(...rest.early);
+    out.lost.push(...rest.lost);
+  }
+  return out;
 }
 
 export type AttemptOutcome = 'succeeded' | 'failed' | 'permanent';
