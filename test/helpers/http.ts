@@ -1,5 +1,6 @@
 // Drives the real Hono app in Node over a real database (the workerd tests
 // cover the Worker's wiring; these cover the API's behaviour in depth).
+import { afterEach } from 'vitest';
 import { defaultConfig, type Config } from '../../src/config.ts';
 import type { Db } from '../../src/db/seam.ts';
 import { taskTypes } from '../../functions/tasks.ts';
@@ -14,6 +15,15 @@ import { TEST_SIGNING_SECRET } from './secrets.ts';
 
 /** At least 32 characters: a shorter ADMIN_TOKEN counts as unset. */
 export const ADMIN_TOKEN = 'node-test-admin-token-of-at-least-32-characters';
+
+// Every API's waitUntil'd work, settled after each test: a dispatch kick a
+// test did not wait for (its trailing round runs up to KICK_INTERVAL_MS
+// later) must not claim the next test's tasks after its tables were reset.
+const unsettled = new Set<Promise<unknown>[]>();
+afterEach(async () => {
+  for (const pending of unsettled) await Promise.allSettled(pending.splice(0));
+  unsettled.clear();
+});
 
 export interface Reply {
   status: number;
@@ -37,6 +47,7 @@ export function createTestApi(
   });
   const outbox = createOutbox();
   const pending: Promise<unknown>[] = [];
+  unsettled.add(pending);
   let now: Date | undefined;
   async function call(
     method: string,
