@@ -55,6 +55,9 @@ function workersProject(name: string, transport: 'neon' | 'hyperdrive') {
 export default defineConfig({
   test: {
     globalSetup: ['./test/setup/global.ts'],
+    // Quiet when green: what a test logs (the Worker's error lines in the
+    // fault tests) is printed only when that test fails.
+    silent: 'passed-only',
     projects: [
       {
         test: {
