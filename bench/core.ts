@@ -54,11 +54,15 @@ export const benchConfig: Config = { ...defaultConfig };
  * `hyperdrive`, `pg` over TCP, as Hyperdrive's local mode connects and as the
  * peers connect (the recommended production transport, issue 14).
  */
-export const benchTransport: 'neon' | 'hyperdrive' = process.env.BENCH_TRANSPORT === 'hyperdrive' ? 'hyperdrive' : 'neon';
+export type BenchTransport = 'neon' | 'hyperdrive';
+export const benchTransport: BenchTransport = process.env.BENCH_TRANSPORT === 'hyperdrive' ? 'hyperdrive' : 'neon';
+/** The transport the bench does not run on, for the one workload measured over both (the core batch enqueue). */
+export const otherTransport: BenchTransport = benchTransport === 'hyperdrive' ? 'neon' : 'hyperdrive';
+export const transportName = (t: BenchTransport) => (t === 'hyperdrive' ? 'pg' : 'the WebSocket proxy');
 
-export async function openProjectDb(url: string, proxy: string, maxConnections = 1): Promise<Db> {
+export async function openProjectDb(url: string, proxy: string, maxConnections = 1, transport = benchTransport): Promise<Db> {
   const db =
-    benchTransport === 'hyperdrive'
+    transport === 'hyperdrive'
       ? createPgDb({ connectionString: url, maxConnections, applicationName: 'bench-project', statementTimeoutMs: 0 })
       : await openNodeDb(url, { wsProxy: proxy, maxConnections, applicationName: 'bench-project' });
   await db.query('select 1');

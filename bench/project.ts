@@ -15,6 +15,7 @@ import {
   benchConfig,
   benchLogger,
   benchRegistry,
+  benchTransport,
   createProbe,
   migrateProject,
   openProjectDb,
@@ -62,10 +63,11 @@ export interface RateResult {
   rate: number;
 }
 
-export async function projectEnqueueBatch(ctx: Ctx): Promise<RateResult> {
+/** Over the bench's transport unless told: the table shows it over both (Neon's WebSocket path and pg). */
+export async function projectEnqueueBatch(ctx: Ctx, transport = benchTransport): Promise<RateResult> {
   const { tasks, batchSize } = ctx.settings;
   const url = await freshProjectDatabase(ctx, 'bench_project_enqueue');
-  const db = await openProjectDb(url, ctx.proxy);
+  const db = await openProjectDb(url, ctx.proxy, 1, transport);
   const inputs = noopInputs(tasks);
   try {
     const t0 = performance.now();

@@ -11,7 +11,7 @@ import { measureBundle, type BundleSize } from './bundle.ts';
 import { metricsScrapeTiming, type MetricsTiming } from './metrics.ts';
 import { prepareCeiling, runCeiling, type CeilingRun } from './ceiling.ts';
 import type { Ctx } from './context.ts';
-import { benchConfig, benchPlans, benchTransport } from './core.ts';
+import { benchConfig, benchPlans, benchTransport, otherTransport, transportName } from './core.ts';
 import { createCpuMeter } from './cpu.ts';
 import { graphileDrain, graphileEnqueue, graphileLatency, graphileSettings } from './graphile.ts';
 import type { PeerDrainResult, PeerRate } from './peers.ts';
@@ -127,6 +127,8 @@ try {
       await attempt('enqueue.project.batch', async () => {
         const runs = await repeat('enqueue batch (core enqueueTasks): project', settings.reps, () => projectEnqueueBatch(ctx), (r) => `${fmtInt(r.rate)} tasks/s`);
         F['enqueue.project.batch'] = { rate: rates(runs), runs };
+        const other = await repeat(`enqueue batch (core enqueueTasks) over ${transportName(otherTransport)}: project`, settings.reps, () => projectEnqueueBatch(ctx, otherTransport), (r) => `${fmtInt(r.rate)} tasks/s`);
+        F['enqueue.project.batchOther'] = { rate: rates(other), runs: other };
       });
       await attempt('enqueue.project.http', async () => {
         progress('starting wrangler dev against the bench database');
@@ -366,6 +368,7 @@ const ge = get<{ single: Summary; batch: Summary }>('enqueue.graphile-worker');
 const httpSingle = get<Rated>('enqueue.project.httpSingle');
 const coreBatch = get<Rated>('enqueue.project.batch');
 const httpBatch = get<Rated>('enqueue.project.httpBatch');
+const coreOther = get<Rated>('enqueue.project.batchOther');
 if (phase('enqueue')) {
   const vsPb = ratio(httpSingle?.rate, pe?.single);
   const vsGw = ratio(httpSingle?.rate, ge?.single);
@@ -380,11 +383,11 @@ if (phase('enqueue')) {
   const vsGwBatch = ratio(coreBatch?.rate, ge?.batch);
   rows.push({
     workload: `1. enqueue in batches of ${settings.batchSize} (tasks/s)`,
-    project: `${range(coreBatch?.rate)} core; ${range(httpBatch?.rate)} HTTP`,
+    project: `${range(coreBatch?.rate)} core; ${range(coreOther?.rate)} core over ${transportName(otherTransport)}; ${range(httpBatch?.rate)} HTTP`,
     pgboss: range(pe?.batch),
     graphile: range(ge?.batch),
     // Issue 12: the core batch enqueue at 1.2x graphile-worker's addJobs.
-    target: `core >= 1.2x graphile addJobs (${x(vsGwBatch)})`,
+    target: `core >= 1.2x graphile addJobs (${x(vsGwBatch)}; over ${transportName(otherTransport)} ${x(ratio(coreOther?.rate, ge?.batch))})`,
     verdict: verdict(vsGwBatch === undefined ? undefined : vsGwBatch >= 1.2),
   });
 }
