@@ -58,7 +58,7 @@ export type BenchTransport = 'neon' | 'hyperdrive';
 export const benchTransport: BenchTransport = process.env.BENCH_TRANSPORT === 'hyperdrive' ? 'hyperdrive' : 'neon';
 /** The transport the bench does not run on, for the one workload measured over both (the core batch enqueue). */
 export const otherTransport: BenchTransport = benchTransport === 'hyperdrive' ? 'neon' : 'hyperdrive';
-export const transportName = (t: BenchTransport) => (t === 'hyperdrive' ? 'pg' : 'the WebSocket proxy');
+export const transportName = (t: BenchTransport) => (t === 'hyperdrive' ? 'pg (the Hyperdrive transport)' : 'the Neon driver and the WebSocket proxy');
 
 export async function openProjectDb(url: string, proxy: string, maxConnections = 1, transport = benchTransport): Promise<Db> {
   const db =
