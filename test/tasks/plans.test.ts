@@ -7,9 +7,12 @@
 // (EXPLAIN ANALYZE, rolled back): each scan of the batch runs once, and no
 // scan of `tasks` reads more rows than the batch names, with more tasks
 // running than the batch and statistics taken before any ran (what made a
-// join without the ids read tasks_running_idx whole).
+// join without the ids read tasks_running_idx whole). The sweep's probe is
+// read the same way, custom and generic, over statistics that no longer
+// describe the table.
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Queryable, Sql } from '../../src/db/seam.ts';
+import { probeDueWork } from '../../src/db/sql/dispatchers.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { createHarness } from '../helpers/harness.ts';
@@ -34,11 +37,12 @@ let probes = 0;
 
 /**
  * Runs `write` with its one statement explained, not run: prepared under a
- * name of its own, executed under a generic plan with EXPLAIN ANALYZE (the
- * values as literals: EXECUTE takes no bind parameters), rolled back.
- * Returns every node of the plan as executed.
+ * name of its own, executed under a generic plan (or, with `custom`, one
+ * planned for its values) with EXPLAIN ANALYZE (the values as literals:
+ * EXECUTE takes no bind parameters), rolled back. Returns every node of the
+ * plan as executed.
  */
-async function genericPlanOf(write: (q: Queryable) => Promise<unknown>): Promise<PlanNode[]> {
+async function genericPlanOf(write: (q: Queryable) => Promise<unknown>, plan: 'generic' | 'custom' = 'generic'): Promise<PlanNode[]> {
   let nodes: PlanNode[] = [];
   const name = `plan_probe_${++probes}`;
   try {
@@ -55,7 +59,7 @@ async function genericPlanOf(write: (q: Queryable) => Promise<unknown>): Promise
             const [quoted] = await tx.query<{ literal: string }>(`select quote_nullable($1::${type}) as literal`, [values[i]]);
             args.push(`${quoted!.literal}::${type}`);
           }
-          await tx.query('set local plan_cache_mode = force_generic_plan');
+          await tx.query(`set local plan_cache_mode = force_${plan}_plan`);
           const rows = await tx.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(
             `explain (analyze, format json) execute ${name}(${args.join(', ')})`,
           );
@@ -132,5 +136,51 @@ describe('generic plans of the fenced batch writes', () => {
     expectLinear(nodes, 'msg', 'rate_decided', 'rate_base', 'places');
     const { started } = await startIfClaimed(t.db, { now: at(11), tasks: rated, leaseGraceSeconds: 30 });
     expect(started).toHaveLength(BATCH);
+  });
+});
+
+// probe_reads_the_index (src/db/sql/dispatchers.ts): the probe's arms over
+// `tasks`, with statistics taken over a backlog the sweep has since claimed.
+// As `exists`, the planner read the table whole for the first queued or due
+// row (it expected the backlog, so a seq scan's first row looked cheap).
+describe("the sweep's probe over statistics of a claimed backlog", () => {
+  const BACKLOG = 2_000;
+  const probe = (q: Queryable, now: Date) =>
+    probeDueWork(q, { now, lookaheadSeconds: 60, retentionSeconds: 7 * 86_400, markRetentionSeconds: 3_600, spentKeyRetentionSeconds: 0 });
+
+  async function expectIndexOnly(now: Date) {
+    for (const plan of ['generic', 'custom'] as const) {
+      const nodes = await genericPlanOf((q) => probe(q, now), plan);
+      const scans = nodes.filter((n) => n['Relation Name'] === 'tasks');
+      expect(scans.length, `${plan}: the arms over tasks`).toBeGreaterThanOrEqual(4);
+      for (const n of scans) expect(n['Node Type'], `${plan}: ${n['Index Name'] ?? 'tasks'}`).not.toBe('Seq Scan');
+    }
+  }
+
+  async function claimAll(h: ReturnType<typeof createHarness>, now: Date) {
+    await h.sweep({ now });
+    expect(h.outbox.take()).toHaveLength(BACKLOG);
+  }
+
+  it('finds the one queued task behind a claimed backlog from the runnable index', async () => {
+    await resetTables(t.db);
+    const h = createHarness(t.db);
+    await h.enqueue(Array.from({ length: BACKLOG }, () => ({ task: 'noop' })), { now: T0 });
+    await t.db.query('analyze tasks');
+    await claimAll(h, T0);
+    await h.enqueue({ task: 'noop' }, { now: at(1) });
+    expect((await probe(t.db, at(2))).dispatch).toBe(true);
+    await expectIndexOnly(at(2));
+  });
+
+  it('finds no due scheduled task once a promoted backlog is claimed, from the due index', async () => {
+    await resetTables(t.db);
+    const h = createHarness(t.db);
+    await h.enqueue(Array.from({ length: BACKLOG }, () => ({ task: 'noop', runAt: at(600) })), { now: T0 });
+    await t.db.query('analyze tasks');
+    await claimAll(h, at(600));
+    await h.enqueue({ task: 'noop', runAt: at(3_600) }, { now: at(601) });
+    expect(await probe(t.db, at(602))).toMatchObject({ promote: false, dispatch: false });
+    await expectIndexOnly(at(602));
   });
 });

@@ -75,22 +75,36 @@ export async function countHeldDispatcherSlots(q: Queryable, p: { now?: Now } = 
  * superset of its step's own condition, read from that step's index, so
  * "nothing" here means every step would have found nothing. An idle
  * deployment then costs this one statement per cron tick.
+ *
+ * probe_reads_the_index: each arm over `tasks` asks for its first row in its
+ * index's order, not `exists`. An `exists` drops any order, and the planner
+ * priced its first row at a seq scan's cost divided by the rows it expected:
+ * with statistics taken over a backlog that the sweeps have since claimed
+ * (the drain's, and any table between two autoanalyzes), it read the table
+ * whole to find the queued rows at its end: 16 of the probe's 19.5 ms in the
+ * drain, where every sweep pays it (issue 12). In its index's order a first
+ * row is an index's to give.
  */
 const sweepProbeDueWork = sql(
   'sweep_probe_due_work',
   `with clock as (select coalesce($1::timestamptz, now()) as now)
    select
-     exists (select 1 from tasks t where t.status = 'running' and t.lease_expires_at < clock.now) as reap,
+     (select true from tasks t where t.status = 'running' and t.lease_expires_at < clock.now
+      order by t.id limit 1) is not null as reap,
      exists (select 1 from schedules s
              where s.enabled and s.next_run_at is not null
                and s.next_run_at <= clock.now + make_interval(secs => $2::int)) as materialize,
-     exists (select 1 from tasks t
-             where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)) as promote,
-     exists (select 1 from tasks t where t.status = 'queued' and not t.parked)
-       or exists (select 1 from tasks t where t.status = 'queued' and t.parked) as dispatch,
-     exists (select 1 from tasks t
-             where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
-               and t.finished_at < clock.now - make_interval(secs => $3::int))
+     (select true from tasks t
+      where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)
+      order by t.run_at limit 1) is not null as promote,
+     (select true from tasks t where t.status = 'queued' and not t.parked
+      order by t.queue, t.vtime, t.id limit 1) is not null
+       or (select true from tasks t where t.status = 'queued' and t.parked
+           order by t.tenant, t.concurrency_key, t.vtime, t.id limit 1) is not null as dispatch,
+     (select true from tasks t
+      where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
+        and t.finished_at < clock.now - make_interval(secs => $3::int)
+      order by t.finished_at limit 1) is not null
        or exists (select 1 from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int))
        or ($5::int > 0 and exists (select 1 from spent_idempotency_keys k
                                    where k.spent_at < clock.now - make_interval(secs => $5::int)))

@@ -1297,7 +1297,8 @@ export const mutants: Mutant[] = [
     file: 'src/db/sql/dispatchers.ts',
     statement: 'sweep_probe_due_work',
     guard: 'expired leases make the sweep run',
-    find: `exists (select 1 from tasks t where t.status = 'running' and t.lease_expires_at < clock.now) as reap`,
+    find: `(select true from tasks t where t.status = 'running' and t.lease_expires_at < clock.now
+      order by t.id limit 1) is not null as reap`,
     replace: `false as reap`,
     tests: ['test/tasks/faults.test.ts'],
   },
@@ -1317,8 +1318,9 @@ export const mutants: Mutant[] = [
     file: 'src/db/sql/dispatchers.ts',
     statement: 'sweep_probe_due_work',
     guard: 'scheduled tasks within the look-ahead make the sweep run',
-    find: `exists (select 1 from tasks t
-             where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)) as promote`,
+    find: `(select true from tasks t
+      where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)
+      order by t.run_at limit 1) is not null as promote`,
     replace: `false as promote`,
     tests: ['test/sweep/maintenance.test.ts'],
   },
@@ -1327,19 +1329,45 @@ export const mutants: Mutant[] = [
     file: 'src/db/sql/dispatchers.ts',
     statement: 'sweep_probe_due_work',
     guard: 'queued tasks make the sweep run',
-    find: `exists (select 1 from tasks t where t.status = 'queued' and not t.parked)
-       or exists (select 1 from tasks t where t.status = 'queued' and t.parked) as dispatch`,
+    find: `(select true from tasks t where t.status = 'queued' and not t.parked
+      order by t.queue, t.vtime, t.id limit 1) is not null
+       or (select true from tasks t where t.status = 'queued' and t.parked
+           order by t.tenant, t.concurrency_key, t.vtime, t.id limit 1) is not null as dispatch`,
     replace: `false as dispatch`,
     tests: ['test/sweep/path.test.ts'],
+  },
+  // probe_reads_the_index: as `exists`, an arm over stale statistics read tasks whole.
+  {
+    id: 'probe-dispatch-by-index',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'sweep_probe_due_work',
+    guard: 'probe_reads_the_index (the runnable index)',
+    find: `(select true from tasks t where t.status = 'queued' and not t.parked
+      order by t.queue, t.vtime, t.id limit 1) is not null`,
+    replace: `exists (select 1 from tasks t where t.status = 'queued' and not t.parked)`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'probe-promote-by-index',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'sweep_probe_due_work',
+    guard: 'probe_reads_the_index (the due index)',
+    find: `(select true from tasks t
+      where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)
+      order by t.run_at limit 1) is not null as promote`,
+    replace: `exists (select 1 from tasks t
+             where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)) as promote`,
+    tests: ['test/tasks/plans.test.ts'],
   },
   {
     id: 'probe-purge',
     file: 'src/db/sql/dispatchers.ts',
     statement: 'sweep_probe_due_work',
     guard: 'history past its retention makes the sweep run',
-    find: `exists (select 1 from tasks t
-             where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
-               and t.finished_at < clock.now - make_interval(secs => $3::int))
+    find: `(select true from tasks t
+      where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
+        and t.finished_at < clock.now - make_interval(secs => $3::int)
+      order by t.finished_at limit 1) is not null
        or exists (select 1 from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int))
        or ($5::int > 0 and exists (select 1 from spent_idempotency_keys k
                                    where k.spent_at < clock.now - make_interval(secs => $5::int)))`,
