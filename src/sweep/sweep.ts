@@ -394,14 +394,13 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
 
   // One statement decides whether any step has work: an idle tick costs only it.
   const markRetentionSeconds = config.dispatchLeaseSeconds + config.lookaheadSeconds + MARK_REAPER_MARGIN_SECONDS;
-  const due = await probeDueWork(db, {
+  const idle = !(await probeDueWork(db, {
     now,
     lookaheadSeconds: config.lookaheadSeconds,
     retentionSeconds: config.retentionSeconds,
     markRetentionSeconds,
     spentKeyRetentionSeconds: config.spentKeyRetentionSeconds,
-  });
-  const idle = !(due.reap || due.materialize || due.promote || due.dispatch || due.purge);
+  }));
   // Anything due runs every step, as before: one step's work feeds the next
   // (a reap requeues, a materialization schedules, a promote queues).
   const cutOff: Step[] = [];

@@ -173,7 +173,7 @@ describe("the sweep's probe over statistics of a claimed backlog", () => {
     await t.db.query('analyze tasks');
     await claimAll(h, T0);
     await h.enqueue({ task: 'noop' }, { now: at(1) });
-    expect((await probe(t.db, at(2))).dispatch).toBe(true);
+    expect(await probe(t.db, at(2))).toBe(true);
     await expectIndexOnly(at(2));
   });
 
@@ -184,7 +184,30 @@ describe("the sweep's probe over statistics of a claimed backlog", () => {
     await t.db.query('analyze tasks');
     await claimAll(h, at(600));
     await h.enqueue({ task: 'noop', runAt: at(3_600) }, { now: at(601) });
-    expect(await probe(t.db, at(602))).toMatchObject({ promote: false, dispatch: false });
+    expect(await probe(t.db, at(602))).toBe(false);
     await expectIndexOnly(at(602));
+  });
+
+  // probe_reap_last: the leases have no index, so the reap arm reads every
+  // running task; with work queued the probe answers before it.
+  it('answers from the queued work without reading the running tasks', async () => {
+    await resetTables(t.db);
+    const h = createHarness(t.db);
+    await h.enqueue(Array.from({ length: BACKLOG }, () => ({ task: 'noop' })), { now: T0 });
+    await claimAll(h, T0);
+    await h.enqueue({ task: 'noop' }, { now: at(1) });
+    for (const plan of ['generic', 'custom'] as const) {
+      const nodes = await planOf((q) => probe(q, at(2)), plan);
+      const running = nodes.filter((n) => n['Index Name'] === 'tasks_running_idx');
+      expect(running, `${plan}: the reap arm`).toHaveLength(1);
+      expect(running[0]!['Actual Loops'], `${plan}: the reap arm ran`).toBe(0);
+      const runnable = nodes.filter((n) => n['Index Name'] === 'tasks_runnable_idx');
+      expect(runnable.map((n) => n['Actual Loops']), `${plan}: the dispatch arm`).toEqual([1]);
+    }
+    // With nothing queued or due, the reap arm is what is left to ask.
+    await h.sweep({ now: at(2), elapsed: () => 0 });
+    h.outbox.take();
+    const nodes = await planOf((q) => probe(q, at(3)));
+    expect(nodes.find((n) => n['Index Name'] === 'tasks_running_idx')?.['Actual Loops']).toBe(1);
   });
 });

@@ -84,56 +84,61 @@ export async function countHeldDispatcherSlots(q: Queryable, p: { now?: Now } = 
  * whole to find the queued rows at its end: 16 of the probe's 19.5 ms in the
  * drain, where every sweep pays it (issue 12). In its index's order a first
  * row is an index's to give.
+ *
+ * probe_reap_last: one answer, its arms in one `or`, which stops at the
+ * first that holds (an arm not reached is never run). The reap arm comes
+ * last: no index orders the leases (one would cost the fenced start its HOT
+ * update), so it reads every running task's row. A sweep with work queued
+ * no longer pays it: with 10,000 running and 10,000 queued, 1.9 ms a probe
+ * before, 0.03 ms after (PostgreSQL 15).
  */
 const sweepProbeDueWork = sql(
   'sweep_probe_due_work',
   `with clock as (select coalesce($1::timestamptz, now()) as now)
    select
-     (select true from tasks t where t.status = 'running' and t.lease_expires_at < clock.now
-      order by t.id limit 1) is not null as reap,
-     exists (select 1 from schedules s
-             where s.enabled and s.next_run_at is not null
-               and s.next_run_at <= clock.now + make_interval(secs => $2::int)) as materialize,
-     (select true from tasks t
-      where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)
-      order by t.run_at limit 1) is not null as promote,
+     -- dispatch: runnable or parked tasks
      (select true from tasks t where t.status = 'queued' and not t.parked
       order by t.queue, t.vtime, t.id limit 1) is not null
-       or (select true from tasks t where t.status = 'queued' and t.parked
-           order by t.tenant, t.concurrency_key, t.vtime, t.id limit 1) is not null as dispatch,
-     (select true from tasks t
-      where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
-        and t.finished_at < clock.now - make_interval(secs => $3::int)
-      order by t.finished_at limit 1) is not null
-       or exists (select 1 from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int))
-       or ($5::int > 0 and exists (select 1 from spent_idempotency_keys k
-                                   where k.spent_at < clock.now - make_interval(secs => $5::int)))
-       -- A rate line past by the retention (issue 16; a slot row goes with its
-       -- key's last task, which the purge of tasks deletes in the same sweep).
-       or exists (select 1 from rate_limits r where r.next_claim_at < clock.now - make_interval(secs => $3::int))
-       or exists (select 1 from rate_start_lines r where r.next_start_at < clock.now - make_interval(secs => $3::int)) as purge
+     or (select true from tasks t where t.status = 'queued' and t.parked
+         order by t.tenant, t.concurrency_key, t.vtime, t.id limit 1) is not null
+     -- promote: scheduled tasks within the look-ahead
+     or (select true from tasks t
+         where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)
+         order by t.run_at limit 1) is not null
+     -- materialize: due schedules
+     or exists (select 1 from schedules s
+                where s.enabled and s.next_run_at is not null
+                  and s.next_run_at <= clock.now + make_interval(secs => $2::int))
+     -- purge: history, marks, spent keys and rate lines past their retention
+     or (select true from tasks t
+         where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
+           and t.finished_at < clock.now - make_interval(secs => $3::int)
+         order by t.finished_at limit 1) is not null
+     or exists (select 1 from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int))
+     or ($5::int > 0 and exists (select 1 from spent_idempotency_keys k
+                                 where k.spent_at < clock.now - make_interval(secs => $5::int)))
+     -- A rate line past by the retention (issue 16; a slot row goes with its
+     -- key's last task, which the purge of tasks deletes in the same sweep).
+     or exists (select 1 from rate_limits r where r.next_claim_at < clock.now - make_interval(secs => $3::int))
+     or exists (select 1 from rate_start_lines r where r.next_start_at < clock.now - make_interval(secs => $3::int))
+     -- reap: expired leases (last, see above)
+     or (select true from tasks t where t.status = 'running' and t.lease_expires_at < clock.now
+         order by t.id limit 1) is not null
+     as due
    from clock`,
 );
 
-export interface DueWork {
-  reap: boolean;
-  materialize: boolean;
-  promote: boolean;
-  dispatch: boolean;
-  purge: boolean;
-}
-
+/** Whether any step of the sweep has work (false: the tick is idle). */
 export async function probeDueWork(
   q: Queryable,
   p: { now?: Now; lookaheadSeconds: number; retentionSeconds: number; markRetentionSeconds: number; spentKeyRetentionSeconds: number },
-): Promise<DueWork> {
-  const rows = await q.query<DueWork>(sweepProbeDueWork, [
+): Promise<boolean> {
+  const rows = await q.query<{ due: boolean }>(sweepProbeDueWork, [
     at(p.now),
     p.lookaheadSeconds,
     p.retentionSeconds,
     p.markRetentionSeconds,
     p.spentKeyRetentionSeconds,
   ]);
-  const r = rows[0]!;
-  return { reap: r.reap, materialize: r.materialize, promote: r.promote, dispatch: r.dispatch, purge: r.purge };
+  return rows[0]!.due;
 }

@@ -1297,9 +1297,9 @@ export const mutants: Mutant[] = [
     file: 'src/db/sql/dispatchers.ts',
     statement: 'sweep_probe_due_work',
     guard: 'expired leases make the sweep run',
-    find: `(select true from tasks t where t.status = 'running' and t.lease_expires_at < clock.now
-      order by t.id limit 1) is not null as reap`,
-    replace: `false as reap`,
+    find: `or (select true from tasks t where t.status = 'running' and t.lease_expires_at < clock.now
+         order by t.id limit 1) is not null`,
+    replace: `or false`,
     tests: ['test/tasks/faults.test.ts'],
   },
   {
@@ -1307,10 +1307,10 @@ export const mutants: Mutant[] = [
     file: 'src/db/sql/dispatchers.ts',
     statement: 'sweep_probe_due_work',
     guard: 'due schedules make the sweep run',
-    find: `exists (select 1 from schedules s
-             where s.enabled and s.next_run_at is not null
-               and s.next_run_at <= clock.now + make_interval(secs => $2::int)) as materialize`,
-    replace: `$2::int is null as materialize`,
+    find: `or exists (select 1 from schedules s
+                where s.enabled and s.next_run_at is not null
+                  and s.next_run_at <= clock.now + make_interval(secs => $2::int))`,
+    replace: `or $2::int is null`,
     tests: ['test/schedules/materialize.test.ts'],
   },
   {
@@ -1318,10 +1318,10 @@ export const mutants: Mutant[] = [
     file: 'src/db/sql/dispatchers.ts',
     statement: 'sweep_probe_due_work',
     guard: 'scheduled tasks within the look-ahead make the sweep run',
-    find: `(select true from tasks t
-      where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)
-      order by t.run_at limit 1) is not null as promote`,
-    replace: `false as promote`,
+    find: `or (select true from tasks t
+         where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)
+         order by t.run_at limit 1) is not null`,
+    replace: `or false`,
     tests: ['test/sweep/maintenance.test.ts'],
   },
   {
@@ -1331,10 +1331,23 @@ export const mutants: Mutant[] = [
     guard: 'queued tasks make the sweep run',
     find: `(select true from tasks t where t.status = 'queued' and not t.parked
       order by t.queue, t.vtime, t.id limit 1) is not null
-       or (select true from tasks t where t.status = 'queued' and t.parked
-           order by t.tenant, t.concurrency_key, t.vtime, t.id limit 1) is not null as dispatch`,
-    replace: `false as dispatch`,
+     or (select true from tasks t where t.status = 'queued' and t.parked
+         order by t.tenant, t.concurrency_key, t.vtime, t.id limit 1) is not null`,
+    replace: `false`,
     tests: ['test/sweep/path.test.ts'],
+  },
+  // probe_reap_last: the reap arm reads every running task, so it is asked last.
+  {
+    id: 'probe-reap-first',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'sweep_probe_due_work',
+    guard: 'probe_reap_last',
+    find: `select
+     -- dispatch: runnable or parked tasks`,
+    replace: `select
+     (select true from tasks t where t.status = 'running' and t.lease_expires_at < clock.now
+      order by t.id limit 1) is not null or`,
+    tests: ['test/tasks/plans.test.ts'],
   },
   // probe_reads_the_index: as `exists`, an arm over stale statistics read tasks whole.
   {
@@ -1352,11 +1365,11 @@ export const mutants: Mutant[] = [
     file: 'src/db/sql/dispatchers.ts',
     statement: 'sweep_probe_due_work',
     guard: 'probe_reads_the_index (the due index)',
-    find: `(select true from tasks t
-      where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)
-      order by t.run_at limit 1) is not null as promote`,
-    replace: `exists (select 1 from tasks t
-             where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)) as promote`,
+    find: `or (select true from tasks t
+         where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)
+         order by t.run_at limit 1) is not null`,
+    replace: `or exists (select 1 from tasks t
+                where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int))`,
     tests: ['test/tasks/plans.test.ts'],
   },
   {
@@ -1364,14 +1377,14 @@ export const mutants: Mutant[] = [
     file: 'src/db/sql/dispatchers.ts',
     statement: 'sweep_probe_due_work',
     guard: 'history past its retention makes the sweep run',
-    find: `(select true from tasks t
-      where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
-        and t.finished_at < clock.now - make_interval(secs => $3::int)
-      order by t.finished_at limit 1) is not null
-       or exists (select 1 from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int))
-       or ($5::int > 0 and exists (select 1 from spent_idempotency_keys k
-                                   where k.spent_at < clock.now - make_interval(secs => $5::int)))`,
-    replace: `($3::int + $4::int + $5::int) is null`,
+    find: `or (select true from tasks t
+         where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
+           and t.finished_at < clock.now - make_interval(secs => $3::int)
+         order by t.finished_at limit 1) is not null
+     or exists (select 1 from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int))
+     or ($5::int > 0 and exists (select 1 from spent_idempotency_keys k
+                                 where k.spent_at < clock.now - make_interval(secs => $5::int)))`,
+    replace: `or ($3::int + $4::int + $5::int) is null`,
     tests: ['test/sweep/maintenance.test.ts'],
   },
   {
@@ -1380,8 +1393,8 @@ export const mutants: Mutant[] = [
     statement: 'sweep_probe_due_work',
     guard: 'a rate line past by the retention makes the sweep run (issue 16)',
     find: `or exists (select 1 from rate_limits r where r.next_claim_at < clock.now - make_interval(secs => $3::int))
-       or exists (select 1 from rate_start_lines r where r.next_start_at < clock.now - make_interval(secs => $3::int)) as purge`,
-    replace: `as purge`,
+     or exists (select 1 from rate_start_lines r where r.next_start_at < clock.now - make_interval(secs => $3::int))`,
+    replace: ``,
     tests: ['test/sweep/maintenance.test.ts'],
   },
   {
