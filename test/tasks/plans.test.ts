@@ -10,9 +10,11 @@
 // join without the ids read tasks_running_idx whole). The sweep's probe is
 // read the same way, custom and generic, over statistics that no longer
 // describe the table.
+import { randomUUID } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Queryable, Sql } from '../../src/db/seam.ts';
 import { probeDueWork } from '../../src/db/sql/dispatchers.ts';
+import { markDispatched } from '../../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { createHarness } from '../helpers/harness.ts';
@@ -124,6 +126,20 @@ describe('generic plans of the fenced batch writes', () => {
     const results = batch.map((b) => ({ ...b, outcome: 'succeeded' as const, error: null, retryDelayMs: null }));
     const nodes = await planOf((q) => finishIfRunning(q, { now: at(2), results }));
     expectLinear(nodes, 'res');
+  });
+
+  // mark_reads_its_ids (tasks-dispatch.ts): planned for its values, the
+  // mark's read of its batch hashed the whole table.
+  it('the dispatch mark reads only its batch\'s tasks, planned for its values or not', async () => {
+    for (const plan of ['generic', 'custom'] as const) {
+      const nodes = await planOf((q) => markDispatched(q, { now: at(1), claimTokens: [randomUUID()], tasks: batch }), plan);
+      const scans = nodes.filter((n) => n['Relation Name'] === 'tasks');
+      expect(scans.length, `${plan}: the read of the batch`).toBeGreaterThan(0);
+      for (const n of scans) {
+        expect(n['Actual Rows'] * n['Actual Loops'], `${plan}: ${n['Node Type']} on ${n['Index Name'] ?? 'tasks'}`).toBeLessThanOrEqual(BATCH);
+      }
+    }
+    expect(await markDispatched(t.db, { now: at(1), claimTokens: [randomUUID()], tasks: batch })).toEqual([]);
   });
 
   it("a rate-limited batch's start reads its places once, whatever the batch's size", async () => {

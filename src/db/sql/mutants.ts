@@ -1985,6 +1985,15 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/plans.test.ts'],
   },
   {
+    id: 'mark-reads-its-ids',
+    file: DISPATCH,
+    statement: 'dispatch_marks_insert',
+    guard: 'mark_reads_its_ids: joined only through the unnest, a plan hashed tasks whole',
+    find: `left join tasks cur on cur.id = s.id and cur.id = any($3::bigint[])`,
+    replace: `left join tasks cur on cur.id = s.id and $3::bigint[] is not null`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
     id: 'start-rate-refused-by-ids',
     file: FENCE,
     statement: 'tasks_start_if_claimed',

@@ -332,6 +332,12 @@ export async function wakeParkedTasks(q: Queryable, p: { keys: number }): Promis
  * lease (the reaper reads it lazily); re-sent marks change nothing. The
  * batch's tasks are read (by id, unlocked) only to report those that lost
  * their claim meanwhile.
+ *
+ * Guard `mark_reads_its_ids`: the read names its rows by
+ * `cur.id = any($3::bigint[])` beside the join, as the fenced writes do
+ * (tasks-shared.ts). Joined only through the unnest, a plan made for the
+ * values (a Worker's, every time) hashed `tasks` whole: a seq scan of the
+ * 20,000 live tasks for each claim of 500 in the drain.
  */
 const dispatchMarksInsert = sql(
   'dispatch_marks_insert',
@@ -341,7 +347,8 @@ const dispatchMarksInsert = sql(
      on conflict (claim_token) do nothing
    )
    select s.id, s.epoch, cur.lease_epoch as current_epoch, cur.status as current_status
-   from unnest($3::bigint[], $4::bigint[]) as s(id, epoch) left join tasks cur on cur.id = s.id
+   from unnest($3::bigint[], $4::bigint[]) as s(id, epoch)
+        left join tasks cur on cur.id = s.id and cur.id = any($3::bigint[])
    -- lost: no longer held under this claim (a consumer that already started it is not lost)
    where cur.id is null or cur.lease_epoch <> s.epoch or cur.status <> 'running'`,
 );
