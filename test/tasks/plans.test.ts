@@ -114,10 +114,37 @@ function expectLinear(nodes: PlanNode[], ...batchCtes: string[]) {
   }
 }
 
+/**
+ * paused_asked_once (tasks-fence.ts): with no queue paused, the per-task
+ * reads of a task's queue are in the plan and never run.
+ */
+function expectNoQueueReadPerTask(nodes: PlanNode[]) {
+  const perTask = nodes.filter((n) => n['Index Name'] === 'queues_pkey');
+  expect(perTask.length, 'the per-task reads of the queue').toBeGreaterThan(0);
+  expect(perTask.map((n) => n['Actual Loops']), 'per-task reads of the queue run').toEqual(perTask.map(() => 0));
+}
+
 describe('generic plans of the fenced batch writes', () => {
   it('the fenced start joins its batch by hashing and reads only its tasks', async () => {
     const nodes = await planOf((q) => startIfClaimed(q, { now: at(1), tasks: batch, leaseGraceSeconds: 30 }));
     expectLinear(nodes, 'msg');
+  });
+
+  it('the fenced start reads no queue per task unless a queue is paused', async () => {
+    for (const plan of ['generic', 'custom'] as const) {
+      expectNoQueueReadPerTask(await planOf((q) => startIfClaimed(q, { now: at(1), tasks: batch, leaseGraceSeconds: 30 }), plan));
+    }
+    // Another queue paused: each task's own queue is read (and the batch's, not paused, still starts).
+    await t.db.query(`insert into queues (name, paused) values ('elsewhere', true)`);
+    try {
+      const nodes = await planOf((q) => startIfClaimed(q, { now: at(1), tasks: batch, leaseGraceSeconds: 30 }), 'custom');
+      const perTask = nodes.filter((n) => n['Index Name'] === 'queues_pkey');
+      expect(perTask.some((n) => n['Actual Loops'] > 0), 'per-task reads of the queue with one paused').toBe(true);
+      const started = nodes.find((n) => n['Node Type'] === 'ModifyTable' && n['Actual Rows'] === BATCH);
+      expect(started, 'the batch started').toBeDefined();
+    } finally {
+      await t.db.query(`delete from queues where name = 'elsewhere'`);
+    }
   });
 
   it('the fenced finish joins its batch by hashing and reads only its tasks', async () => {
@@ -153,6 +180,7 @@ describe('generic plans of the fenced batch writes', () => {
     const nodes = await planOf((q) => startIfClaimed(q, { now: at(11), tasks: rated, leaseGraceSeconds: 30 }));
     // One key: its line is read once, and each of its starts once.
     expectLinear(nodes, 'msg', 'rate_decided', 'rate_base', 'places');
+    expectNoQueueReadPerTask(nodes);
     const { started } = await startIfClaimed(t.db, { now: at(11), tasks: rated, leaseGraceSeconds: 30 });
     expect(started).toHaveLength(BATCH);
   });

@@ -316,9 +316,9 @@ export const mutants: Mutant[] = [
     statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: 'a paused queue refuses the start',
     find: `and t.rate_key is null
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+       and (\${NO_QUEUE_PAUSED} or not exists (select 1 from queues q where q.name = t.queue and q.paused))`,
     replace: `and t.rate_key is null
-       and not exists (select 1 from queues q where q.name = t.queue and false)`,
+       and (\${NO_QUEUE_PAUSED} or not exists (select 1 from queues q where q.name = t.queue and false))`,
     tests: ['test/tasks/lookahead.test.ts'],
   },
   {
@@ -979,6 +979,7 @@ export const mutants: Mutant[] = [
     statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: 'refuse_if_queue_paused: a paused queue\'s task does not start',
     find: `and exists (select 1 from queues q where q.name = t.queue and q.paused)
+       and not \${NO_QUEUE_PAUSED}
      returning t.id`,
     replace: `and false
      returning t.id`,
@@ -986,7 +987,7 @@ export const mutants: Mutant[] = [
       {
         file: FENCE,
         find: `and t.rate_key is null
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+       and (\${NO_QUEUE_PAUSED} or not exists (select 1 from queues q where q.name = t.queue and q.paused))`,
         replace: `and t.rate_key is null
        and true`,
       },
@@ -2023,6 +2024,24 @@ export const mutants: Mutant[] = [
     replace: `   places as (`,
     tests: ['test/tasks/plans.test.ts'],
   },
+  {
+    id: 'start-paused-asked-per-task',
+    file: FENCE,
+    statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
+    guard: 'paused_asked_once: with no queue paused, no queue row is read per task',
+    find: `const NO_QUEUE_PAUSED = \`(select true from queues p where p.paused limit 1) is null\`;`,
+    replace: `const NO_QUEUE_PAUSED = \`(select true from queues p where p.paused limit 1) is null and false\`;`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'start-paused-gate-inverted',
+    file: FENCE,
+    statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
+    guard: 'paused_asked_once: with a queue paused, each task reads its own queue\'s flag',
+    find: `const NO_QUEUE_PAUSED = \`(select true from queues p where p.paused limit 1) is null\`;`,
+    replace: `const NO_QUEUE_PAUSED = \`(select true from queues p where p.paused limit 1) is not null\`;`,
+    tests: ['test/tasks/lookahead.test.ts', 'test/tasks/plans.test.ts'],
+  },
   // -------------------------------------------------------------------------
   // The fenced start without the rate limits' CTEs (issue 12): the messages'
   // word picks it; a rate-limited task never starts off its line through it.
@@ -2032,9 +2051,9 @@ export const mutants: Mutant[] = [
     statement: 'tasks_start_if_claimed_unrated',
     guard: 'the statement without the lines starts no rate-limited task (t.rate_key is null)',
     find: `and t.status = 'running' and t.started_at is null and t.rate_key is null
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+       and (\${NO_QUEUE_PAUSED} or not exists (select 1 from queues q where q.name = t.queue and q.paused))`,
     replace: `and t.status = 'running' and t.started_at is null and (t.rate_key is null or \${!rated})
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)`,
+       and (\${NO_QUEUE_PAUSED} or not exists (select 1 from queues q where q.name = t.queue and q.paused))`,
     tests: ['test/tasks/rate-limit.test.ts'],
   },
   {

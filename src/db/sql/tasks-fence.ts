@@ -48,6 +48,17 @@ export interface EarlyTask {
 const DISPATCHED_AT = `coalesce(t.dispatched_at,
                                 (select d.dispatched_at from dispatch_marks d where d.claim_token = t.claim_token),
                                 clock.now)`;
+/**
+ * refuse_if_queue_paused, asked once per statement (guard
+ * `paused_asked_once`): with no queue paused, as almost always, the
+ * statement reads no queue row per task. Uncorrelated, it is a one-time
+ * filter: the refusal's update never runs, and the starts' per-task check
+ * of their queue's flag is never evaluated (9,123 -> 5,663 buffers and
+ * 7.1-7.5 -> 5.7-6.3 ms for a start of 500, PostgreSQL 15). With any queue
+ * paused, each task's own queue is read as before. The same snapshot as
+ * the per-task reads, so each task still takes exactly one branch.
+ */
+const NO_QUEUE_PAUSED = `(select true from queues p where p.paused limit 1) is null`;
 const STARTED_COLUMNS = `${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
                greatest(0, extract(epoch from t.started_at - clock.now) * 1000)::float8 as wait_ms`;
 
@@ -106,7 +117,7 @@ const startStatement = (rated: boolean) => `with clock as (select coalesce($1::t
        and t.rate_key is not null
        -- start_only_when_due: an early message takes no place on the line yet.
        and t.run_at <= clock.now
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)
+       and (${NO_QUEUE_PAUSED} or not exists (select 1 from queues q where q.name = t.queue and q.paused))
      order by t.id
      for no key update of t
    ),
@@ -162,6 +173,7 @@ const startStatement = (rated: boolean) => `with clock as (select coalesce($1::t
      where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null
        and exists (select 1 from queues q where q.name = t.queue and q.paused)
+       and not ${NO_QUEUE_PAUSED}
      returning t.id, t.tenant, t.concurrency_key
    ),${rated ? `
    -- refuse_over_rate: a start the line would push past the wait budget goes
@@ -198,7 +210,7 @@ const startStatement = (rated: boolean) => `with clock as (select coalesce($1::t
      from msg, clock
      where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null and t.rate_key is null
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)
+       and (${NO_QUEUE_PAUSED} or not exists (select 1 from queues q where q.name = t.queue and q.paused))
        and t.run_at <= clock.now
      returning ${STARTED_COLUMNS}
    ),${rated ? `
@@ -224,7 +236,7 @@ const startStatement = (rated: boolean) => `with clock as (select coalesce($1::t
      from places p, clock
      where t.id = any($2::bigint[]) and t.id = p.id and t.lease_epoch = p.epoch
        and t.status = 'running' and t.started_at is null
-       and not exists (select 1 from queues q where q.name = t.queue and q.paused)
+       and (${NO_QUEUE_PAUSED} or not exists (select 1 from queues q where q.name = t.queue and q.paused))
        and t.run_at <= clock.now
      returning ${STARTED_COLUMNS}
    ),
