@@ -169,17 +169,26 @@ describe('rateLimit option', () => {
     const T = new Date('2026-12-01T12:00:00Z');
     api.setNow(T);
     const h = createHarness(t.db);
+    const rateLimit = { key: 'partner/eu', limit: 2, periodSeconds: 10 };
     await h.enqueue(
-      Array.from({ length: 4 }, () => ({ task: 'noop', rateLimit: { key: 'partner/eu', limit: 2, periodSeconds: 10 } })),
+      [
+        ...Array.from({ length: 4 }, () => ({ task: 'noop', rateLimit })),
+        // Due in an hour: waiting (scheduled), not on the line yet.
+        { task: 'noop', rateLimit, runAt: new Date(T.getTime() + 3_600_000) },
+      ],
       { now: T },
     );
     expect((await api.admin('GET', '/v1/rate-limits/partner%2Feu', { tenant: 'acme' })).status).toBe(404);
     await h.sweep({ now: T });
+    // Claimed (reserved on the line) but not started: still waiting, as is the later one.
+    const claimed = await api.admin('GET', `/v1/rate-limits/${encodeURIComponent('partner/eu')}`, { tenant: 'acme' });
+    expect(await t.db.query(`select 1 from tasks where status = 'running' and started_at is null`)).toHaveLength(4);
+    expect(claimed.body.waiting).toBe(5);
     await h.deliver(h.outbox.take(), { now: T });
     const r = await api.admin('GET', `/v1/rate-limits/${encodeURIComponent('partner/eu')}`, { tenant: 'acme' });
     expect(r.status).toBe(200);
     // Starts at T, T+5, T+10, T+15 s: the next one may start at T+20 s.
-    expect(r.body).toEqual({ key: 'partner/eu', limit: 2, periodSeconds: 10, nextStartAt: '2026-12-01T12:00:20.000Z', waiting: 0 });
+    expect(r.body).toEqual({ key: 'partner/eu', limit: 2, periodSeconds: 10, nextStartAt: '2026-12-01T12:00:20.000Z', waiting: 1 });
     expect((await api.admin('GET', '/v1/rate-limits/partner%2Feu', { tenant: 'other' })).status).toBe(404);
     expect((await api.call('GET', '/v1/rate-limits/nope')).status).toBe(401);
     expect((await api.admin('GET', `/v1/rate-limits/${'k'.repeat(257)}`, { tenant: 'acme' })).status).toBe(400);

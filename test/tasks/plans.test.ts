@@ -16,6 +16,7 @@ import type { Queryable, Sql } from '../../src/db/seam.ts';
 import { probeDueWork } from '../../src/db/sql/dispatchers.ts';
 import { markDispatched } from '../../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
+import { queueStats } from '../../src/db/sql/tenants.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { createHarness } from '../helpers/harness.ts';
 
@@ -28,6 +29,7 @@ interface PlanNode {
   'Index Name'?: string;
   'Actual Rows': number;
   'Actual Loops': number;
+  'Rows Removed by Filter'?: number;
   Plans?: PlanNode[];
 }
 
@@ -253,5 +255,38 @@ describe("the sweep's probe over statistics of a claimed backlog", () => {
     h.outbox.take();
     const nodes = await planOf((q) => probe(q, at(3)));
     expect(nodes.find((n) => n['Index Name'] === 'tasks_running_idx')?.['Actual Loops']).toBe(1);
+  });
+});
+
+// The dashboard's counts (queues_stats_for_tenant, every 2 s per open page):
+// a tenant's waiting tasks come from tasks_pending_tenant_idx, which holds no
+// running task (migration 0025), and its running ones from tasks_running_idx.
+// Asked for all three live statuses in one predicate, no partial index
+// answers and the planner reads the tenant's whole history.
+describe("the dashboard's queue counts over a tenant's finished history", () => {
+  it("reads the tenant's waiting and running tasks by their partial indexes, not its history", async () => {
+    await resetTables(t.db);
+    const h = createHarness(t.db);
+    await h.enqueue(Array.from({ length: 1_000 }, () => ({ task: 'noop' })), { now: T0 });
+    await h.sweep({ now: T0, elapsed: () => 0 });
+    await h.deliver(h.outbox.take(), { now: T0 });
+    await h.enqueue(Array.from({ length: 10 }, () => ({ task: 'noop' })), { now: at(7_200) });
+    await h.sweep({ now: at(7_200), elapsed: () => 0 });
+    expect(h.outbox.take()).toHaveLength(10);
+    await h.enqueue(Array.from({ length: 20 }, () => ({ task: 'noop', runAt: at(86_400) })), { now: at(7_200) });
+    await h.enqueue(Array.from({ length: 100 }, () => ({ task: 'noop' })), { now: at(7_200), tenant: 'other' });
+    await t.db.query('analyze tasks');
+    const stats = (q: Queryable) => queueStats(q, { now: at(7_201), tenant: 'acme', finishedWindowSeconds: 3_600 });
+    for (const plan of ['generic', 'custom'] as const) {
+      const scans = (await planOf(stats, plan)).filter((n) => n['Relation Name'] === 'tasks');
+      expect(scans.length, `${plan}: the scans of tasks`).toBeGreaterThanOrEqual(3);
+      for (const n of scans) {
+        const read = (n['Actual Rows'] + (n['Rows Removed by Filter'] ?? 0)) * n['Actual Loops'];
+        expect(read, `${plan}: ${n['Node Type']} on ${n['Index Name'] ?? 'tasks'}`).toBeLessThanOrEqual(20);
+      }
+    }
+    // Claimed and not started shows as queued; the history is outside the hour.
+    const [counts] = await stats(t.db);
+    expect(counts!.counts).toMatchObject({ scheduled: 20, queued: 10, running: 0, succeeded: 0 });
   });
 });

@@ -27,6 +27,10 @@ describe('tenant isolation', () => {
     const a1 = await api.call('POST', '/v1/tasks', { token: keyA, body: { task: 'noop', delay: 3600, idempotencyKey: 'shared-key', payload: { owner: 'a' } } });
     const a2 = await api.call('POST', '/v1/tasks', { token: keyA, body: { task: 'noop', delay: 7200 } });
     expect(a1.status).toBe(201);
+    // And one of A's claimed (running, not started): B's queue view must not count it either.
+    await api.call('POST', '/v1/tasks', { token: keyA, body: { task: 'noop' } });
+    await createHarness(t.db).sweep();
+    expect(await t.db.query(`select 1 from tasks where tenant = 'tenant-a' and status = 'running'`)).toHaveLength(1);
     const before = await snapshot();
 
     const read = await api.call('GET', `/v1/tasks/${a1.body.id}`, { token: keyB });
@@ -48,7 +52,7 @@ describe('tenant isolation', () => {
     const queues = await api.call('GET', '/v1/queues', { token: keyB });
     expect(queues.body.queues).toHaveLength(1);
     const counts = queues.body.queues[0].counts as Record<string, number>;
-    expect(Object.values(counts).reduce((a, b) => a + b, 0)).toBe(1); // A's two tasks are not counted
+    expect(Object.values(counts).reduce((a, b) => a + b, 0)).toBe(1); // A's three tasks are not counted
     expect(counts.scheduled).toBe(0);
     // The admin token cannot be used to pass a tenant key's scope: X-Tenant is ignored with a key.
     const spoof = await api.call('GET', `/v1/tasks/${a1.body.id}`, { token: keyB, tenant: 'tenant-a' });

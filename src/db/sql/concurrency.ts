@@ -70,16 +70,18 @@ export interface RateLimitState {
 
 /**
  * One rate-limited key of one tenant: its line (no lock) and its tasks not
- * started yet (the count reads the tenant's pending tasks, index-assisted by
- * tasks_pending_tenant_idx; a debugging read, not a hot path).
+ * started yet (the count reads the tenant's waiting tasks by
+ * tasks_pending_tenant_idx and the claimed ones by tasks_running_idx; a
+ * debugging read, not a hot path).
  */
 const rateLimitGet = sql(
   'rate_limit_get',
   `select l.key, l.max_starts, l.period_seconds,
           case when sl.next_start_at > coalesce($3::timestamptz, now()) then sl.next_start_at end as next_start_at,
           (select count(*)::int from tasks p
-           where p.tenant = l.tenant and p.rate_key = l.key and p.status in ('scheduled', 'queued', 'running')
-             and p.started_at is null) as waiting
+           where p.tenant = l.tenant and p.rate_key = l.key and p.status in ('scheduled', 'queued'))
+          + (select count(*)::int from tasks p
+             where p.tenant = l.tenant and p.rate_key = l.key and p.status = 'running' and p.started_at is null) as waiting
    from rate_limits l left join rate_start_lines sl on sl.tenant = l.tenant and sl.key = l.key
    where l.tenant = $1::text and l.key = $2::text`,
 );

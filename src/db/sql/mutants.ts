@@ -425,9 +425,30 @@ export const mutants: Mutant[] = [
     id: 'stats-tenant',
     file: TENANTS,
     statement: 'queues_stats_for_tenant',
-    guard: 'the tenant filter of the live counts',
-    find: `where t.status in ('scheduled', 'queued', 'running') and t.tenant = $2::text`,
-    replace: `where t.status in ('scheduled', 'queued', 'running') and $2::text is not null`,
+    guard: 'the tenant filter of the waiting counts',
+    find: `where status in ('scheduled', 'queued') and tenant = $2::text`,
+    replace: `where status in ('scheduled', 'queued') and $2::text is not null`,
+    tests: ['test/tenants/isolation.test.ts', 'test/tenants/fairness.test.ts', 'test/http/dashboard-api.test.ts'],
+  },
+  {
+    id: 'stats-live-by-partial-indexes',
+    file: TENANTS,
+    statement: 'queues_stats_for_tenant',
+    guard: "the live counts asked by each partial index's own predicate (waiting, then running), so no scan reads the tenant's history",
+    find: `where status in ('scheduled', 'queued') and tenant = $2::text
+           union all
+           select queue, status, started_at, run_at from tasks
+           where status = 'running' and tenant = $2::text) t cross join clock`,
+    replace: `where status in ('scheduled', 'queued', 'running') and tenant = $2::text) t cross join clock`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'stats-running-tenant',
+    file: TENANTS,
+    statement: 'queues_stats_for_tenant',
+    guard: 'the tenant filter of the running counts',
+    find: `where status = 'running' and tenant = $2::text) t cross join clock`,
+    replace: `where status = 'running' and $2::text is not null) t cross join clock`,
     tests: ['test/tenants/isolation.test.ts', 'test/tenants/fairness.test.ts', 'test/http/dashboard-api.test.ts'],
   },
   {

@@ -111,8 +111,9 @@ export const QUEUE_STATS_FINISHED_WINDOW_SECONDS = 3600;
  * not started counts as queued), the lag of its oldest due task, and the
  * tasks finished within `$3` seconds by outcome. Reads only what partial
  * indexes bound (their predicates repeated verbatim so the planner uses
- * them): the tenant's live tasks (tasks_pending_tenant_idx) and a finished_at
- * range (tasks_finished_idx), never the finished history, which the
+ * them): the tenant's waiting tasks (tasks_pending_tenant_idx), the running
+ * ones (tasks_running_idx, or the tenant's own rows where it has fewer) and a
+ * finished_at range (tasks_finished_idx), never the finished history, which the
  * dashboard would otherwise rescan every 2 s. Takes no locks.
  */
 const queuesStatsForTenant = sql(
@@ -122,8 +123,11 @@ const queuesStatsForTenant = sql(
      select t.queue, ${shownStatusSql('t.')} as status, count(*)::int as n,
             coalesce(extract(epoch from clock.now - min(t.run_at) filter (
               where t.status in ('scheduled', 'queued') and t.run_at <= clock.now)), 0)::float8 as lag
-     from tasks t cross join clock
-     where t.status in ('scheduled', 'queued', 'running') and t.tenant = $2::text
+     from (select queue, status, started_at, run_at from tasks
+           where status in ('scheduled', 'queued') and tenant = $2::text
+           union all
+           select queue, status, started_at, run_at from tasks
+           where status = 'running' and tenant = $2::text) t cross join clock
      group by t.queue, 2, clock.now
      union all
      select t.queue, t.status, count(*)::int, 0::float8
