@@ -1127,6 +1127,15 @@ export const mutants: Mutant[] = [
     tests: ['test/tenants/quotas.test.ts'],
   },
   {
+    id: 'quota-plain-counts-its-tasks',
+    file: ENQUEUE,
+    statement: 'tasks_insert_batch_plain (pending_quota)',
+    guard: 'a batch without keys adds all its tasks to the pending count it checks',
+    find: `: \`cardinality($4::text[])\``,
+    replace: `: \`0 * cardinality($4::text[])\``,
+    tests: ['test/tenants/quotas.test.ts'],
+  },
+  {
     id: 'quota-max-schedules',
     file: 'src/tenants/quotas.ts',
     statement: 'checkScheduleQuotas',

@@ -147,13 +147,20 @@ export const pendingQuotaOf = (defaultMax: string, adding: string) => `quota as 
 /**
  * The statement shared by both enqueue statements, around the insert's
  * conflict clause and RETURNING list (`tail`, which must return `created`).
+ * `keyed`: some item may carry an idempotency key. Without, the statement
+ * leaves out the two reads only a key can change (a key already
+ * held adds nothing to the quota; a spent key creates nothing): every item is
+ * a new task. They were a fifth of a single enqueue's time on a new
+ * connection, where each statement is planned afresh (1.75 -> 1.40 ms).
  */
-const insertBatch = (tail: string) => `with clock as (select coalesce($1::timestamptz, now()) as now),
+const insertBatch = (keyed: boolean, tail: string) => `with clock as (select coalesce($1::timestamptz, now()) as now),
    ${pendingQuotaOf(
      '$15::int',
-     `(select count(*) from unnest($14::text[]) k(key)
+     keyed
+       ? `(select count(*) from unnest($14::text[]) k(key)
                where k.key is null
-                  or not exists (select 1 from tasks e where e.tenant = $2::text and e.idempotency_key = k.key))`,
+                  or not exists (select 1 from tasks e where e.tenant = $2::text and e.idempotency_key = k.key))`
+       : `cardinality($4::text[])`,
    )},
    input as (
      select i.*, $2::text as tenant, d.due_at, d.due_at <= clock.now + make_interval(secs => $3::int) as runnable
@@ -165,8 +172,12 @@ const insertBatch = (tail: string) => `with clock as (select coalesce($1::timest
                                concurrency_limit, priority, callback, rate_key, rate_limit, rate_period_seconds, ord),
           clock, pending_quota,
           lateral (select coalesce(i.run_at, clock.now + coalesce(i.delay_ms, 0) * interval '1 millisecond') as due_at) d
-     where pending_quota.ok and not exists (select 1 from spent_idempotency_keys s
-                       where s.tenant = $2::text and s.idempotency_key = i.idempotency_key)
+     where pending_quota.ok${
+       keyed
+         ? ` and not exists (select 1 from spent_idempotency_keys s
+                       where s.tenant = $2::text and s.idempotency_key = i.idempotency_key)`
+         : ''
+     }
    ),
    ${KNOWN_QUEUES_OF_INPUT},
    slot_limits as (
@@ -196,7 +207,7 @@ const insertBatch = (tail: string) => `with clock as (select coalesce($1::timest
 
 const tasksInsertBatch = sql(
   'tasks_insert_batch',
-  insertBatch(`on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
+  insertBatch(true, `on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
      -- Guard: the key's task type and queue never change (TQ003, 409, the whole batch refused).
      task       = tasks_keep_task_type_of_key(t.idempotency_key, t.task, t.queue, excluded.task, excluded.queue),
      payload    = case when ${NOT_STARTED} then excluded.payload else t.payload end,
@@ -233,11 +244,12 @@ const tasksInsertBatch = sql(
  * The same insert when no item carries an idempotency key: no ON CONFLICT
  * (no speculative insertion), and it returns only what the input does not
  * say (id, status, run time, creation time); insertTasks builds the answers
- * from the input. Same locks and guards as tasks_insert_batch (the quota).
+ * from the input. Same locks and guards as tasks_insert_batch (the quota,
+ * which counts every item: none can be a key already held).
  */
 const tasksInsertBatchPlain = sql(
   'tasks_insert_batch_plain',
-  insertBatch('returning t.id, t.status, t.run_at, t.created_at, true as created'),
+  insertBatch(false, 'returning t.id, t.status, t.run_at, t.created_at, true as created'),
 );
 
 /** One result per input, in input order; null where the key was spent and its task already purged. */
