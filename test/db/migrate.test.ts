@@ -21,6 +21,15 @@ describe('migrate', () => {
     created.push(name);
     return openNodeDb(databaseUrl(inject('adminDatabaseUrl'), name), { wsProxy: inject('wsProxy'), maxConnections: 4 });
   };
+  /** An empty database migrated up to, not including, the migration named `prefix`. */
+  const dbBefore = async (prefix: string) => {
+    const db = await emptyDb();
+    const migrations = await loadMigrations();
+    const at = migrations.findIndex((m) => m.name.startsWith(prefix));
+    expect(at).toBeGreaterThan(0);
+    await migrate(db, migrations.slice(0, at));
+    return { db, migrations, at };
+  };
 
   beforeAll(async () => {
     admin = await openNodeDb(inject('adminDatabaseUrl'), { wsProxy: inject('wsProxy'), maxConnections: 1 });
@@ -89,11 +98,7 @@ describe('migrate', () => {
   });
 
   it('0015 (dispatch marks) carries over tasks in every status, and tasks marked the old way keep their dispatch lease', async () => {
-    const db = await emptyDb();
-    const migrations = await loadMigrations();
-    const at = migrations.findIndex((m) => m.name.startsWith('0015_'));
-    expect(at).toBeGreaterThan(0);
-    await migrate(db, migrations.slice(0, at));
+    const { db, migrations, at } = await dbBefore('0015_');
     const T0 = new Date('2026-12-01T12:00:00Z');
     const s = (n: number) => new Date(T0.getTime() + n * 1000).toISOString();
     // status, attempts, epoch, vtime, lease, dispatched, started, finished
@@ -140,11 +145,7 @@ describe('migrate', () => {
   });
 
   it('0021 (pending counts) counts the tasks already pending, per tenant, in every status', async () => {
-    const db = await emptyDb();
-    const migrations = await loadMigrations();
-    const at = migrations.findIndex((m) => m.name.startsWith('0021_'));
-    expect(at).toBeGreaterThan(0);
-    await migrate(db, migrations.slice(0, at));
+    const { db, migrations } = await dbBefore('0021_');
     await insertTasksInEveryStatus(db);
     await migrate(db, migrations);
     const counts = await db.query(`select tenant, sum(n)::int as n from tenant_pending_counts group by tenant order by tenant`);
@@ -154,11 +155,7 @@ describe('migrate', () => {
   });
 
   it("0025 (the pending index without running tasks) rebuilds the index over tasks in every status; the queue counts still show each", async () => {
-    const db = await emptyDb();
-    const migrations = await loadMigrations();
-    const at = migrations.findIndex((m) => m.name.startsWith('0025_'));
-    expect(at).toBeGreaterThan(0);
-    await migrate(db, migrations.slice(0, at));
+    const { db, migrations } = await dbBefore('0025_');
     await insertTasksInEveryStatus(db);
     await migrate(db, migrations);
     // Read through the rebuilt index (the planner may not take the table): the waiting tasks, not the running ones.
