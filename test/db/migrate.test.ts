@@ -4,7 +4,8 @@ import { loadMigrations } from '../../scripts/migrations.ts';
 import { openNodeDb } from '../../scripts/node-db.ts';
 import { migrate } from '../../src/db/migrate.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
-import { getTask } from '../../src/db/sql/tasks-read.ts';
+import { getTask, listTasks } from '../../src/db/sql/tasks-read.ts';
+import { cancelMatchingTasks } from '../../src/db/sql/bulkCancel.ts';
 import { reapExpiredLeases } from '../../src/db/sql/tasks-maintenance.ts';
 import { queueStats } from '../../src/db/sql/tenants.ts';
 import type { Db } from '../../src/db/seam.ts';
@@ -172,6 +173,34 @@ describe('migrate', () => {
     const [beta] = await queueStats(db, { tenant: 'beta', finishedWindowSeconds: 3_600 });
     // Claimed and not started shows as queued.
     expect(beta!.counts).toEqual({ scheduled: 3, queued: 6, running: 0, succeeded: 3, dead: 3, cancelled: 3, missed: 3 });
+    await db.close();
+  });
+
+  it('0026 (the tenant indexes by status) carries over tasks in every status: the list shows each, the bulk cancel takes the waiting and claimed ones', async () => {
+    const { db, migrations } = await dbBefore('0026_');
+    await insertTasksInEveryStatus(db);
+    await migrate(db, migrations);
+    // Read through each rebuilt index (the planner may not take the table).
+    const through = (index: string, predicate: string) =>
+      db.transaction(async (tx) => {
+        await tx.query('set local enable_seqscan = off');
+        await tx.query('set local enable_bitmapscan = off');
+        const query = `select count(*)::int as n from tasks where ${predicate} and tenant = 'beta'`;
+        const plan = await tx.query<{ 'QUERY PLAN': string }>(`explain ${query}`);
+        expect(plan.map((r) => r['QUERY PLAN']).join('\n')).toContain(index);
+        return (await tx.query<{ n: number }>(query))[0]!.n;
+      });
+    expect(await through('tasks_pending_tenant_idx', `status in ('scheduled', 'queued')`)).toBe(6);
+    expect(await through('tasks_finished_tenant_idx', `status in ('succeeded', 'dead', 'cancelled', 'missed')`)).toBe(12);
+    const listed = await listTasks(db, 'beta', { limit: 100 });
+    expect(listed.map((x) => x.status).sort()).toEqual(
+      ['scheduled', 'queued', 'running', 'succeeded', 'dead', 'cancelled', 'missed'].flatMap((x) => [x, x, x]).sort(),
+    );
+    expect(listed.map((x) => BigInt(x.id))).toEqual(listed.map((x) => BigInt(x.id)).sort((a, b) => (a < b ? 1 : -1)));
+    // The three claimed and not started (no started_at) are cancelled with the six waiting.
+    expect(await cancelMatchingTasks(db, { tenant: 'beta', match: {}, limit: 100 })).toHaveLength(9);
+    const [beta] = await queueStats(db, { tenant: 'beta', finishedWindowSeconds: 3_600 });
+    expect(beta!.counts).toEqual({ scheduled: 0, queued: 0, running: 0, succeeded: 3, dead: 3, cancelled: 12, missed: 3 });
     await db.close();
   });
 });

@@ -17,6 +17,8 @@ import { probeDueWork } from '../../src/db/sql/dispatchers.ts';
 import { markDispatched } from '../../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { queueStats } from '../../src/db/sql/tenants.ts';
+import { listTasks } from '../../src/db/sql/tasks-read.ts';
+import { cancelMatchingTasks } from '../../src/db/sql/bulkCancel.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { createHarness } from '../helpers/harness.ts';
 
@@ -267,9 +269,12 @@ describe("the dashboard's queue counts over a tenant's finished history", () => 
   it("reads the tenant's waiting and running tasks by their partial indexes, not its history", async () => {
     await resetTables(t.db);
     const h = createHarness(t.db);
-    await h.enqueue(Array.from({ length: 1_000 }, () => ({ task: 'noop' })), { now: T0 });
-    await h.sweep({ now: T0, elapsed: () => 0 });
-    await h.deliver(h.outbox.take(), { now: T0 });
+    // A history many pages long: over a few pages, reading the table whole is the cheaper plan.
+    for (let i = 0; i < 3; i++) {
+      await h.enqueue(Array.from({ length: 1_000 }, () => ({ task: 'noop' })), { now: T0 });
+      await h.sweep({ now: T0, elapsed: () => 0 });
+      await h.deliver(h.outbox.take(), { now: T0 });
+    }
     await h.enqueue(Array.from({ length: 10 }, () => ({ task: 'noop' })), { now: at(7_200) });
     await h.sweep({ now: at(7_200), elapsed: () => 0 });
     expect(h.outbox.take()).toHaveLength(10);
@@ -288,5 +293,106 @@ describe("the dashboard's queue counts over a tenant's finished history", () => 
     // Claimed and not started shows as queued; the history is outside the hour.
     const [counts] = await stats(t.db);
     expect(counts!.counts).toMatchObject({ scheduled: 20, queued: 10, running: 0, succeeded: 0 });
+  });
+});
+
+// The task list and the bulk cancel (migration 0026): a task has a tenant
+// index entry while it waits and once it has finished, none while it runs.
+// The list merges three arms newest first and the bulk cancel two oldest
+// first; with few tenants (the generic plan takes each for a third of the
+// table), an arm that walks the primary key instead of its tenant index
+// reads another tenant's whole history before the small tenant's rows. The
+// small tenant's finished tasks are older than that history and its waiting
+// ones newer, so either direction has it to cross. Only the running arm may
+// read other tenants' rows: the tasks in flight, whoever's they are.
+describe("a small tenant's task list and bulk cancel beside a long history and many in flight", () => {
+  const HISTORY = 3_000;
+  const IN_FLIGHT = 300;
+  const small: Record<string, string> = {};
+
+  beforeAll(async () => {
+    await resetTables(t.db);
+    const h = createHarness(t.db);
+    // Each step sweeps only what it enqueued: the steps before finished or started theirs.
+    const swept = async (n: number, now: Date) => {
+      await h.sweep({ now, elapsed: () => 0 });
+      const sent = h.outbox.take();
+      expect(sent).toHaveLength(n);
+      return sent;
+    };
+    const start = async (sent: { body: { id: string; epoch: number } }[], now: Date) => {
+      const { started } = await startIfClaimed(t.db, { now, tasks: sent.map((m) => ({ id: m.body.id, epoch: m.body.epoch })), leaseGraceSeconds: 30 });
+      expect(started).toHaveLength(sent.length);
+    };
+    const idOf = async (...args: Parameters<typeof h.enqueue>) => (await h.enqueue(...args))[0]!.task!.id;
+    const [a, b] = await h.enqueue([{ task: 'noop' }, { task: 'noop' }], { now: T0, tenant: 'small' });
+    await h.deliver(await swept(2, T0), { now: T0 });
+    [small.succeeded1, small.succeeded2] = [a!.task!.id, b!.task!.id];
+    for (let i = 0; i < HISTORY / 1_000; i++) {
+      await h.enqueue(Array.from({ length: 1_000 }, () => ({ task: 'noop' })), { now: at(1) });
+      await h.deliver(await swept(1_000, at(1)), { now: at(1) });
+    }
+    await h.enqueue(Array.from({ length: IN_FLIGHT }, () => ({ task: 'noop' })), { now: at(2), tenant: 'hostile' });
+    await start(await swept(IN_FLIGHT, at(2)), at(2));
+    small.claimed = await idOf({ task: 'noop' }, { now: at(3), tenant: 'small' });
+    await swept(1, at(3));
+    small.running = await idOf({ task: 'noop' }, { now: at(4), tenant: 'small' });
+    await start(await swept(1, at(4)), at(4));
+    small.queued = await idOf({ task: 'noop' }, { now: at(5), tenant: 'small' });
+    small.scheduled = await idOf({ task: 'noop', runAt: at(86_400) }, { now: at(5), tenant: 'small' });
+    await t.db.query('analyze tasks');
+  });
+
+  /** No scan of tasks reads more than `rows`, but the running arm's, which reads at most the tasks in flight. */
+  function expectBounded(nodes: PlanNode[], label: string, rows: number) {
+    const scans = nodes.filter((n) => n['Relation Name'] === 'tasks');
+    expect(scans.length, `${label}: the scans of tasks`).toBeGreaterThan(0);
+    for (const n of scans) {
+      const read = (n['Actual Rows'] + (n['Rows Removed by Filter'] ?? 0)) * n['Actual Loops'];
+      const bound = n['Index Name'] === 'tasks_running_idx' ? IN_FLIGHT + 2 : rows;
+      expect(read, `${label}: ${n['Node Type']} on ${n['Index Name'] ?? 'tasks'}`).toBeLessThanOrEqual(bound);
+    }
+  }
+
+  it('lists newest first across waiting, running and finished tasks, reading only the tenant\'s rows and those in flight', async () => {
+    const newestFirst = [small.scheduled, small.queued, small.running, small.claimed, small.succeeded2, small.succeeded1];
+    const all = await listTasks(t.db, 'small', { limit: 10 });
+    expect(all.map((x) => x.id)).toEqual(newestFirst);
+    // The rows' own statuses; the API shows the task claimed early as queued, and the status filter matches that.
+    expect(all.map((x) => x.status)).toEqual(['scheduled', 'queued', 'running', 'running', 'succeeded', 'succeeded']);
+    const paged: string[] = [];
+    for (let beforeId: string | undefined; ; ) {
+      const page = await listTasks(t.db, 'small', { limit: 2, beforeId });
+      expect(page.length).toBeLessThanOrEqual(2);
+      paged.push(...page.map((x) => x.id));
+      if (page.length < 2) break;
+      beforeId = page.at(-1)!.id;
+    }
+    expect(paged).toEqual(newestFirst);
+    expect((await listTasks(t.db, 'small', { limit: 10, statuses: ['queued'] })).map((x) => x.id)).toEqual([small.queued, small.claimed]);
+    expect((await listTasks(t.db, 'small', { limit: 10, statuses: ['running', 'succeeded'] })).map((x) => x.id)).toEqual([
+      small.running,
+      small.succeeded2,
+      small.succeeded1,
+    ]);
+    for (const plan of ['generic', 'custom'] as const) {
+      expectBounded(await planOf((q) => listTasks(q, 'small', { limit: 2 }), plan), `${plan}, first page`, 4);
+      expectBounded(await planOf((q) => listTasks(q, 'small', { limit: 10 }), plan), `${plan}, whole list`, 4);
+      expectBounded(await planOf((q) => listTasks(q, 'small', { limit: 10, statuses: ['succeeded'] }), plan), `${plan}, finished`, 4);
+      // A status filter no finished task can match reads none of the tenant's history.
+      expectBounded(await planOf((q) => listTasks(q, 'acme', { limit: 10, statuses: ['queued', 'running'] }), plan), `${plan}, live`, 4);
+    }
+  });
+
+  it('bulk-cancels the waiting and claimed tasks oldest first, reading only the tenant\'s rows and those in flight', async () => {
+    for (const plan of ['generic', 'custom'] as const) {
+      expectBounded(await planOf((q) => cancelMatchingTasks(q, { tenant: 'small', match: {}, limit: 2 }), plan), `${plan}, a batch of 2`, 4);
+    }
+    const first = await cancelMatchingTasks(t.db, { tenant: 'small', match: {}, limit: 2 });
+    expect(first).toEqual([small.claimed, small.queued]);
+    expect(await cancelMatchingTasks(t.db, { tenant: 'small', match: {}, limit: 2, afterId: first.at(-1) })).toEqual([small.scheduled]);
+    expect(await cancelMatchingTasks(t.db, { tenant: 'small', match: {}, limit: 2 })).toEqual([]);
+    const shown = await listTasks(t.db, 'small', { limit: 10 });
+    expect(shown.map((x) => x.status)).toEqual(['cancelled', 'cancelled', 'running', 'cancelled', 'succeeded', 'succeeded']);
   });
 });

@@ -4,10 +4,27 @@ import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { freeSlotsOf } from './concurrency.ts';
 import { MATCH_PREDICATES, matchParams, type TaskMatch } from './replay.ts';
-import { countPendingOf, NOT_STARTED, type Now } from './tasks-shared.ts';
+import { CLAIMED_NOT_STARTED, countPendingOf, type Now } from './tasks-shared.ts';
 
 /** Statuses a task may have and still be cancelled (running only while claimed early, not started). */
 export const CANCELLABLE_STATUSES = ['scheduled', 'queued', 'running'] as const;
+
+/**
+ * The tenant's matching tasks of one arm of the not-started guard, up to $3
+ * after `afterId` in id order, locked with SKIP LOCKED. A task has a tenant
+ * index entry while it waits (tasks_pending_tenant_idx, keyed (tenant, id))
+ * and none while it runs (migration 0026), so the waiting arm walks that
+ * index and the claimed arm tasks_running_idx, each in id order.
+ */
+const pickedOf = (name: string, arm: string) => `${name} as (
+     select t.id, t.status, t.tenant, t.concurrency_key from tasks t
+     where ${MATCH_PREDICATES}
+       and ${arm}
+       and ($10::bigint is null or t.id > $10::bigint)
+     order by t.id
+     limit $3::int
+     for update of t skip locked
+   )`;
 
 /**
  * Cancels up to `limit` of the tenant's matching tasks that have not started,
@@ -18,19 +35,21 @@ export const CANCELLABLE_STATUSES = ['scheduled', 'queued', 'running'] as const;
  * so the statement never waits on (or deadlocks with) a consumer starting
  * the same tasks: a task being started is left alone, and FOR UPDATE
  * re-checks the guard on the latest row version of every task it takes.
- * A cancelled task is terminal, so a repeated call never matches it again.
+ * Each arm takes up to `limit` unlocked tasks in id order, so the lowest
+ * `limit` ids of both are the lowest of all: a batch comes back short only
+ * when nothing more matches. (The other arm's excess stays locked to the
+ * commit, unchanged.) A cancelled task is terminal, so a repeated call
+ * never matches it again.
  */
 const tasksCancelMatching = sql(
   'tasks_cancel_matching_if_not_started',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
+   ${pickedOf('waiting', `t.status in ('scheduled', 'queued')`)},
+   ${pickedOf('claimed', CLAIMED_NOT_STARTED)},
    picked as (
-     select t.id, t.status, t.tenant, t.concurrency_key from tasks t
-     where ${MATCH_PREDICATES}
-       and ${NOT_STARTED}
-       and ($10::bigint is null or t.id > $10::bigint)
-     order by t.id
+     select * from waiting union all select * from claimed
+     order by id
      limit $3::int
-     for update of t skip locked
    ),
    cancelled as (
      update tasks t set status = 'cancelled', finished_at = clock.now, lease_expires_at = null, updated_at = clock.now

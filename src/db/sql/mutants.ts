@@ -346,6 +346,35 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/idempotency.test.ts', 'test/tasks/cancel.test.ts', 'test/tasks/replay.test.ts'],
   },
   {
+    id: 'bulk-cancel-claimed-arm',
+    file: 'src/db/sql/bulkCancel.ts',
+    statement: 'tasks_cancel_matching_if_not_started',
+    guard: 'the claimed arm: a task claimed early and not started is cancelled (it has no tenant index entry)',
+    find: `\${pickedOf('claimed', CLAIMED_NOT_STARTED)}`,
+    replace: `\${pickedOf('claimed', 'false')}`,
+    tests: ['test/tasks/plans.test.ts', 'test/tasks/replay.test.ts'],
+  },
+  {
+    id: 'bulk-cancel-waiting-arm-statuses',
+    file: 'src/db/sql/bulkCancel.ts',
+    statement: 'tasks_cancel_matching_if_not_started',
+    guard: 'the waiting arm takes only waiting tasks: a finished one stays finished',
+    find: `\${pickedOf('waiting', \`t.status in ('scheduled', 'queued')\`)}`,
+    replace: `\${pickedOf('waiting', \`t.status in ('scheduled', 'queued', 'succeeded')\`)}`,
+    tests: ['test/tasks/plans.test.ts', 'test/tasks/replay.test.ts'],
+  },
+  {
+    id: 'bulk-cancel-batch-size',
+    file: 'src/db/sql/bulkCancel.ts',
+    statement: 'tasks_cancel_matching_if_not_started',
+    guard: 'both arms together cancel at most one batch, the lowest ids',
+    find: `select * from waiting union all select * from claimed
+     order by id
+     limit $3::int`,
+    replace: `select * from waiting union all select * from claimed`,
+    tests: ['test/tasks/plans.test.ts', 'test/tasks/replay.test.ts'],
+  },
+  {
     id: 'bulk-cancel-skip-locked',
     file: 'src/db/sql/bulkCancel.ts',
     statement: 'tasks_cancel_matching_if_not_started',
@@ -415,11 +444,67 @@ export const mutants: Mutant[] = [
     file: TASK_READS,
     statement: 'tasks_list_for_tenant',
     guard: 'the tenant filter',
-    find: `where tenant = $1::text
-     and ($2::text is null or queue = $2::text)`,
-    replace: `where $1::text is not null
-     and ($2::text is null or queue = $2::text)`,
+    find: `and tenant = $1::text
+       and ($3::text[] is null or $3::text[] && array`,
+    replace: `and $1::text is not null
+       and ($3::text[] is null or $3::text[] && array`,
     tests: ['test/tenants/isolation.test.ts'],
+  },
+  {
+    id: 'list-running-arm',
+    file: TASK_READS,
+    statement: 'tasks_list_for_tenant',
+    guard: 'the running arm: a running task has no tenant index entry (migration 0026)',
+    find: `union all
+     \${listArm(['running'], ['queued', 'running'])}`,
+    replace: ``,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'list-running-arm-shown-queued',
+    file: TASK_READS,
+    statement: 'tasks_list_for_tenant',
+    guard: 'the running arm is read for a filter on queued (a task claimed early shows as queued)',
+    find: `\${listArm(['running'], ['queued', 'running'])}`,
+    replace: `\${listArm(['running'], ['running'])}`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'list-arm-skipped-by-status',
+    file: TASK_READS,
+    statement: 'tasks_list_for_tenant',
+    guard: 'an arm whose statuses the filter cannot show is not read (a filter on live tasks reads no history)',
+    find: `and ($3::text[] is null or $3::text[] && array[\${list(shown)}])`,
+    replace: `and ($3::text[] is null or true)`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'list-page-size',
+    file: TASK_READS,
+    statement: 'tasks_list_for_tenant',
+    guard: 'the merged arms stop at one page',
+    find: `   ) t
+   order by id desc
+   limit $8::int\`,`,
+    replace: `   ) t
+   order by id desc
+   limit $8::int * 3\`,`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'list-by-tenant-index',
+    file: TASK_READS,
+    statement: 'tasks_list_for_tenant',
+    guard: 'each arm names its statuses, so the tenant indexes by status answer it (one scan over every status walks the primary key past other tenants)',
+    find: `  \`select * from (
+     \${listArm(TERMINAL_STATUSES, TERMINAL_STATUSES)}
+     union all
+     \${listArm(['scheduled', 'queued'], ['scheduled', 'queued'])}
+     union all`,
+    replace: `  \`select * from (
+     \${listArm([...TERMINAL_STATUSES, 'scheduled', 'queued'], [...TERMINAL_STATUSES, 'scheduled', 'queued'])}
+     union all`,
+    tests: ['test/tasks/plans.test.ts'],
   },
   {
     id: 'stats-tenant',

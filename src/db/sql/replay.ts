@@ -18,7 +18,7 @@ import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT, pendingQuotaOf } from './tasks-enqueue.ts';
 import { countPendingOf } from './tasks-shared.ts';
-import { TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
+import { TASK_COLUMNS, TASK_COLUMNS_SHOWN, TERMINAL_STATUSES, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
 
 type Now = Date | null | undefined;
 
@@ -30,7 +30,7 @@ const TASK_COLUMNS_T = TASK_COLUMNS.split(',')
 export const BULK_BATCH_SIZE = 1000;
 
 /** Statuses a replay starts from. */
-export const REPLAYABLE_STATUSES = ['succeeded', 'dead', 'cancelled', 'missed'] as const;
+export const REPLAYABLE_STATUSES = TERMINAL_STATUSES;
 
 export interface TaskMatch {
   /** Only these ids (still scoped by tenant and the other fields). */

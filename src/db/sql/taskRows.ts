@@ -4,6 +4,8 @@
 
 export const TASK_STATUSES = ['scheduled', 'queued', 'running', 'succeeded', 'dead', 'cancelled', 'missed'] as const;
 export type TaskStatus = (typeof TASK_STATUSES)[number];
+/** The statuses a task never leaves (tasks_finished_idx, tasks_finished_tenant_idx). */
+export const TERMINAL_STATUSES = ['succeeded', 'dead', 'cancelled', 'missed'] as const;
 
 export const DELIVERIES = ['at_least_once', 'at_most_once'] as const;
 export type Delivery = (typeof DELIVERIES)[number];
@@ -48,7 +50,7 @@ export interface Task {
   callbackOf: string | null;
 }
 
-export const CALLBACK_STATUSES = ['succeeded', 'dead', 'cancelled', 'missed'] as const;
+export const CALLBACK_STATUSES = TERMINAL_STATUSES;
 export interface TaskCallback {
   url: string;
   on: (typeof CALLBACK_STATUSES)[number][];

@@ -2,7 +2,7 @@
 // tasks-shared.ts.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
+import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, TERMINAL_STATUSES, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
 import { freeSlotsOf } from './concurrency.ts';
 import { at, countPendingOf, NOT_STARTED, TASK_COLUMNS_T, type Now } from './tasks-shared.ts';
 
@@ -73,21 +73,47 @@ export interface TaskFilter {
 }
 
 /**
+ * One arm of the task list: the tenant's tasks whose stored status is in
+ * `statuses`, newest first, up to $8. The status filter matches the status
+ * as shown (a task claimed early but not started is `queued`); an arm
+ * whose statuses it cannot show is not read at all (a one-time filter on
+ * $3 alone).
+ */
+const listArm = (statuses: readonly string[], shown: readonly string[]) => {
+  const list = (xs: readonly string[]) => xs.map((x) => `'${x}'`).join(', ');
+  return `(select ${TASK_COLUMNS_SHOWN} from tasks
+     where status in (${list(statuses)})
+       and tenant = $1::text
+       and ($3::text[] is null or $3::text[] && array[${list(shown)}])
+       and ($2::text is null or queue = $2::text)
+       and ($3::text[] is null or ${shownStatusSql()} = any($3::text[]))
+       and ($4::text is null or task = $4::text)
+       and ($5::timestamptz is null or created_at >= $5::timestamptz)
+       and ($6::timestamptz is null or created_at < $6::timestamptz)
+       and ($7::bigint is null or id < $7::bigint)
+     order by id desc
+     limit $8::int)`;
+};
+
+/**
  * A tenant's tasks, newest first, by keyset (id below the cursor) so a page
- * costs the same however deep it is. Walks tasks_tenant_id_idx backwards.
- * The status filter matches the status as shown (a task claimed early but not
- * started is `queued`).
+ * costs the same however deep it is. A task has a tenant index entry while
+ * it waits and once it has finished, none while it runs (migration 0026):
+ * the list merges three arms newest first, the finished tasks
+ * (tasks_finished_tenant_idx backwards), the waiting ones
+ * (tasks_pending_tenant_idx backwards) and the running ones
+ * (tasks_running_idx backwards: every task in flight, the tenant's kept),
+ * each stopping at the page's size.
  */
 const tasksListForTenant = sql(
   'tasks_list_for_tenant',
-  `select ${TASK_COLUMNS_SHOWN} from tasks
-   where tenant = $1::text
-     and ($2::text is null or queue = $2::text)
-     and ($3::text[] is null or ${shownStatusSql()} = any($3::text[]))
-     and ($4::text is null or task = $4::text)
-     and ($5::timestamptz is null or created_at >= $5::timestamptz)
-     and ($6::timestamptz is null or created_at < $6::timestamptz)
-     and ($7::bigint is null or id < $7::bigint)
+  `select * from (
+     ${listArm(TERMINAL_STATUSES, TERMINAL_STATUSES)}
+     union all
+     ${listArm(['scheduled', 'queued'], ['scheduled', 'queued'])}
+     union all
+     ${listArm(['running'], ['queued', 'running'])}
+   ) t
    order by id desc
    limit $8::int`,
 );

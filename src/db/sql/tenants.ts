@@ -112,7 +112,8 @@ export const QUEUE_STATS_FINISHED_WINDOW_SECONDS = 3600;
  * tasks finished within `$3` seconds by outcome. Reads only what partial
  * indexes bound (their predicates repeated verbatim so the planner uses
  * them): the tenant's waiting tasks (tasks_pending_tenant_idx), the running
- * ones (tasks_running_idx, or the tenant's own rows where it has fewer) and a
+ * ones (tasks_running_idx: a running task has no tenant index entry,
+ * migration 0026, so every task in flight is read, the tenant's kept) and a
  * finished_at range (tasks_finished_idx), never the finished history, which the
  * dashboard would otherwise rescan every 2 s. Takes no locks.
  */
