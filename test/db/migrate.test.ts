@@ -160,16 +160,7 @@ describe('migrate', () => {
     await insertTasksInEveryStatus(db);
     await migrate(db, migrations);
     // Read through the rebuilt index (the planner may not take the table): the waiting tasks, not the running ones.
-    const waiting = await db.transaction(async (tx) => {
-      await tx.query('set local enable_seqscan = off');
-      await tx.query('set local enable_bitmapscan = off');
-      const plan = await tx.query<{ 'QUERY PLAN': string }>(
-        `explain select count(*) from tasks where status in ('scheduled', 'queued') and tenant = 'beta'`,
-      );
-      expect(plan.map((r) => r['QUERY PLAN']).join('\n')).toContain('tasks_pending_tenant_idx');
-      return tx.query<{ n: number }>(`select count(*)::int as n from tasks where status in ('scheduled', 'queued') and tenant = 'beta'`);
-    });
-    expect(waiting).toEqual([{ n: 6 }]);
+    expect(await betaThrough(db, 'tasks_pending_tenant_idx', `status in ('scheduled', 'queued')`)).toBe(6);
     const [beta] = await queueStats(db, { tenant: 'beta', finishedWindowSeconds: 3_600 });
     // Claimed and not started shows as queued.
     expect(beta!.counts).toEqual({ scheduled: 3, queued: 6, running: 0, succeeded: 3, dead: 3, cancelled: 3, missed: 3 });
@@ -181,17 +172,8 @@ describe('migrate', () => {
     await insertTasksInEveryStatus(db);
     await migrate(db, migrations);
     // Read through each rebuilt index (the planner may not take the table).
-    const through = (index: string, predicate: string) =>
-      db.transaction(async (tx) => {
-        await tx.query('set local enable_seqscan = off');
-        await tx.query('set local enable_bitmapscan = off');
-        const query = `select count(*)::int as n from tasks where ${predicate} and tenant = 'beta'`;
-        const plan = await tx.query<{ 'QUERY PLAN': string }>(`explain ${query}`);
-        expect(plan.map((r) => r['QUERY PLAN']).join('\n')).toContain(index);
-        return (await tx.query<{ n: number }>(query))[0]!.n;
-      });
-    expect(await through('tasks_pending_tenant_idx', `status in ('scheduled', 'queued')`)).toBe(6);
-    expect(await through('tasks_finished_tenant_idx', `status in ('succeeded', 'dead', 'cancelled', 'missed')`)).toBe(12);
+    expect(await betaThrough(db, 'tasks_pending_tenant_idx', `status in ('scheduled', 'queued')`)).toBe(6);
+    expect(await betaThrough(db, 'tasks_finished_tenant_idx', `status in ('succeeded', 'dead', 'cancelled', 'missed')`)).toBe(12);
     const listed = await listTasks(db, 'beta', { limit: 100 });
     expect(listed.map((x) => x.status).sort()).toEqual(
       ['scheduled', 'queued', 'running', 'succeeded', 'dead', 'cancelled', 'missed'].flatMap((x) => [x, x, x]).sort(),
@@ -204,6 +186,18 @@ describe('migrate', () => {
     await db.close();
   });
 });
+
+/** Counts tenant beta's tasks matching `predicate`, with sequential and bitmap scans off; the plan must read `index`. */
+async function betaThrough(db: Db, index: string, predicate: string): Promise<number> {
+  return db.transaction(async (tx) => {
+    await tx.query('set local enable_seqscan = off');
+    await tx.query('set local enable_bitmapscan = off');
+    const query = `select count(*)::int as n from tasks where ${predicate} and tenant = 'beta'`;
+    const plan = await tx.query<{ 'QUERY PLAN': string }>(`explain ${query}`);
+    expect(plan.map((r) => r['QUERY PLAN']).join('\n')).toContain(index);
+    return (await tx.query<{ n: number }>(query))[0]!.n;
+  });
+}
 
 /** One task of tenant acme and three of beta in every status, written as the SQL of the time would (running: claimed, not started). */
 async function insertTasksInEveryStatus(db: Db): Promise<void> {

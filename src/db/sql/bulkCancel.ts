@@ -4,7 +4,7 @@ import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { freeSlotsOf } from './concurrency.ts';
 import { MATCH_PREDICATES, matchParams, type TaskMatch } from './replay.ts';
-import { CLAIMED_NOT_STARTED, countPendingOf, type Now } from './tasks-shared.ts';
+import { CLAIMED_NOT_STARTED, countPendingOf, WAITING, type Now } from './tasks-shared.ts';
 
 /** Statuses a task may have and still be cancelled (running only while claimed early, not started). */
 export const CANCELLABLE_STATUSES = ['scheduled', 'queued', 'running'] as const;
@@ -44,7 +44,7 @@ const pickedOf = (name: string, arm: string) => `${name} as (
 const tasksCancelMatching = sql(
   'tasks_cancel_matching_if_not_started',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
-   ${pickedOf('waiting', `t.status in ('scheduled', 'queued')`)},
+   ${pickedOf('waiting', WAITING)},
    ${pickedOf('claimed', CLAIMED_NOT_STARTED)},
    picked as (
      select * from waiting union all select * from claimed

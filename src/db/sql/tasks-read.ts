@@ -79,8 +79,9 @@ export interface TaskFilter {
  * whose statuses it cannot show is not read at all (a one-time filter on
  * $3 alone).
  */
-const listArm = (statuses: readonly string[], shown: readonly string[]) => {
+const listArm = (statuses: readonly string[]) => {
   const list = (xs: readonly string[]) => xs.map((x) => `'${x}'`).join(', ');
+  const shown = statuses.flatMap((s) => (s === 'running' ? ['queued', 'running'] : [s]));
   return `(select ${TASK_COLUMNS_SHOWN} from tasks
      where status in (${list(statuses)})
        and tenant = $1::text
@@ -108,11 +109,11 @@ const listArm = (statuses: readonly string[], shown: readonly string[]) => {
 const tasksListForTenant = sql(
   'tasks_list_for_tenant',
   `select * from (
-     ${listArm(TERMINAL_STATUSES, TERMINAL_STATUSES)}
+     ${listArm(TERMINAL_STATUSES)}
      union all
-     ${listArm(['scheduled', 'queued'], ['scheduled', 'queued'])}
+     ${listArm(['scheduled', 'queued'])}
      union all
-     ${listArm(['running'], ['queued', 'running'])}
+     ${listArm(['running'])}
    ) t
    order by id desc
    limit $8::int`,

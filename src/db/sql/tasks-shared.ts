@@ -40,8 +40,10 @@ export const TASK_COLUMNS_T = TASK_COLUMN_NAMES.map((c) => `t.${c}`).join(', ');
  * Over the row aliased `t`.
  */
 export const CLAIMED_NOT_STARTED = `(t.status = 'running' and t.started_at is null)`;
+/** Waiting: due later, or due and not claimed. Over `t`. */
+export const WAITING = `t.status in ('scheduled', 'queued')`;
 /** Has not started: waiting, or claimed early and not started. Over `t`. */
-export const NOT_STARTED = `(t.status in ('scheduled', 'queued') or ${CLAIMED_NOT_STARTED})`;
+export const NOT_STARTED = `(${WAITING} or ${CLAIMED_NOT_STARTED})`;
 
 /**
  * Keeps the tenants' pending counts (migration 0021; maxPendingTasks reads
