@@ -6,7 +6,7 @@ import { migrate } from '../../src/db/migrate.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { getTask, listTasks } from '../../src/db/sql/tasks-read.ts';
 import { cancelMatchingTasks } from '../../src/db/sql/bulkCancel.ts';
-import { reapExpiredLeases } from '../../src/db/sql/tasks-maintenance.ts';
+import { purgeFinishedTasks, reapExpiredLeases } from '../../src/db/sql/tasks-maintenance.ts';
 import { queueStats } from '../../src/db/sql/tenants.ts';
 import type { Db } from '../../src/db/seam.ts';
 import { expectPendingCounted } from '../helpers/invariants.ts';
@@ -183,6 +183,22 @@ describe('migrate', () => {
     expect(await cancelMatchingTasks(db, { tenant: 'beta', match: {}, limit: 100 })).toHaveLength(9);
     const [beta] = await queueStats(db, { tenant: 'beta', finishedWindowSeconds: 3_600 });
     expect(beta!.counts).toEqual({ scheduled: 0, queued: 0, running: 0, succeeded: 3, dead: 3, cancelled: 12, missed: 3 });
+    await db.close();
+  });
+
+  it("0027 (the retention by age) rebuilds the finished tenant index over tasks in every status: the list shows the finished ones, the purge takes them all", async () => {
+    const { db, migrations } = await dbBefore('0027_');
+    await insertTasksInEveryStatus(db);
+    await migrate(db, migrations);
+    expect(await betaThrough(db, 'tasks_finished_tenant_idx', `status in ('succeeded', 'dead', 'cancelled', 'missed')`)).toBe(12);
+    const listed = await listTasks(db, 'beta', { limit: 100, statuses: ['succeeded', 'dead', 'cancelled', 'missed'] });
+    expect(listed).toHaveLength(12);
+    expect(await purgeFinishedTasks(db, { now: new Date(Date.now() + 60_000), retentionSeconds: 1, limit: 100, markRetentionSeconds: 3_600 })).toBe(16);
+    expect(await db.query(`select status, count(*)::int as n from tasks group by status order by status`)).toEqual([
+      { status: 'queued', n: 4 },
+      { status: 'running', n: 4 },
+      { status: 'scheduled', n: 4 },
+    ]);
     await db.close();
   });
 });

@@ -14,6 +14,7 @@ import { randomUUID } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Queryable, Sql } from '../../src/db/seam.ts';
 import { probeDueWork } from '../../src/db/sql/dispatchers.ts';
+import { purgeFinishedTasks } from '../../src/db/sql/tasks-maintenance.ts';
 import { markDispatched } from '../../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { queueStats } from '../../src/db/sql/tenants.ts';
@@ -257,6 +258,33 @@ describe("the sweep's probe over statistics of a claimed backlog", () => {
     h.outbox.take();
     const nodes = await planOf((q) => probe(q, at(3)));
     expect(nodes.find((n) => n['Index Name'] === 'tasks_running_idx')?.['Actual Loops']).toBe(1);
+  });
+
+  // retention_by_age (migration 0027): the probe's purge arm and the purge
+  // read the terminal tasks by finished_at. Over statistics taken before any
+  // task finished, both partial indexes of terminal tasks looked empty, and
+  // the planner walked a history within its retention by the tenant index
+  // (then sorted it) to learn that nothing was old enough: every probe of
+  // the drain's tail read the whole history.
+  it('finds no history past its retention from the retention index, over statistics of a queued backlog', async () => {
+    await resetTables(t.db);
+    const h = createHarness(t.db);
+    await h.enqueue(Array.from({ length: BACKLOG }, () => ({ task: 'noop' })), { now: T0 });
+    await t.db.query('analyze tasks');
+    await h.drain({ now: at(1) });
+    const [{ n } = { n: 0 }] = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status = 'succeeded'`);
+    expect(n).toBe(BACKLOG);
+    expect(await probe(t.db, at(2))).toBe(false);
+    for (const plan of ['generic', 'custom'] as const) {
+      const reads = [
+        ...(await planOf((q) => probe(q, at(2)), plan)),
+        ...(await planOf((q) => purgeFinishedTasks(q, { now: at(2), retentionSeconds: 7 * 86_400, limit: 500, markRetentionSeconds: 3_600 }), plan)),
+      ].filter((n) => n['Relation Name'] === 'tasks');
+      expect(reads.filter((n) => n['Index Name'] === 'tasks_finished_idx'), `${plan}: by the retention index`).toHaveLength(2);
+      for (const n of reads) {
+        expect(n['Actual Rows'] * n['Actual Loops'] + (n['Rows Removed by Filter'] ?? 0), `${plan}: ${n['Node Type']} on ${n['Index Name'] ?? 'tasks'}`).toBeLessThanOrEqual(1);
+      }
+    }
   });
 });
 

@@ -83,7 +83,8 @@ export async function countHeldDispatcherSlots(q: Queryable, p: { now?: Now } = 
  * (the drain's, and any table between two autoanalyzes), it read the table
  * whole to find the queued rows at its end: 16 of the probe's 19.5 ms in the
  * drain, where every sweep pays it (issue 12). In its index's order a first
- * row is an index's to give.
+ * row is an index's to give. The purge arm names no tenant, so only the
+ * retention index can give it (retention_by_age, migration 0027).
  *
  * probe_reap_last: one answer, its arms in one `or`, which stops at the
  * first that holds (an arm not reached is never run). The reap arm comes

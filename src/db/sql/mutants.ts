@@ -1489,6 +1489,15 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/plans.test.ts'],
   },
   {
+    id: 'retention-by-age',
+    file: 'migrations/0027_retention_by_age.sql',
+    statement: 'tasks_finished_tenant_idx',
+    guard: 'retention_by_age: a read that names no tenant cannot take the tenant index',
+    find: `where status in ('succeeded', 'dead', 'cancelled', 'missed') and tenant is not null;`,
+    replace: `where status in ('succeeded', 'dead', 'cancelled', 'missed');`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
     id: 'probe-purge',
     file: 'src/db/sql/dispatchers.ts',
     statement: 'sweep_probe_due_work',
