@@ -906,8 +906,8 @@ export const mutants: Mutant[] = [
     file: MAINTENANCE,
     statement: 'tasks_promote_due',
     guard: `status = 'scheduled'`,
-    find: `where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)`,
-    replace: `where t.status in ('scheduled', 'running') and t.run_at <= clock.now + make_interval(secs => $2::int)`,
+    find: `where t.status = 'scheduled' and t.run_at <= (select now from clock) + make_interval(secs => $2::int)`,
+    replace: `where t.status in ('scheduled', 'running') and t.run_at <= (select now from clock) + make_interval(secs => $2::int)`,
     tests: ['test/sweep/path.test.ts'],
   },
   {
@@ -915,9 +915,20 @@ export const mutants: Mutant[] = [
     file: MAINTENANCE,
     statement: 'tasks_promote_due',
     guard: 'run_at within the look-ahead',
-    find: `where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)`,
-    replace: `where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int) + interval '1 hour'`,
+    find: `where t.status = 'scheduled' and t.run_at <= (select now from clock) + make_interval(secs => $2::int)`,
+    replace: `where t.status = 'scheduled' and t.run_at <= (select now from clock) + make_interval(secs => $2::int) + interval '1 hour'`,
     tests: ['test/sweep/path.test.ts'],
+  },
+  {
+    id: 'promote-bound-in-index',
+    file: MAINTENANCE,
+    statement: 'tasks_promote_due',
+    guard: 'promote_bound_in_index: the look-ahead bound is the due index\'s condition',
+    find: `select t.id, t.queue, t.tenant, t.run_at from tasks t
+     where t.status = 'scheduled' and t.run_at <= (select now from clock) + make_interval(secs => $2::int)`,
+    replace: `select t.id, t.queue, t.tenant, t.run_at from tasks t, clock
+     where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)`,
+    tests: ['test/tasks/plans.test.ts'],
   },
   {
     id: 'purge-retention',

@@ -16,8 +16,12 @@ const tasksPromoteDue = sql(
   'tasks_promote_due',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    due as (
-     select t.id, t.queue, t.tenant, t.run_at from tasks t, clock
-     where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)
+     -- promote_bound_in_index: the bound is a value (the clock's, read once),
+     -- not a join with the clock, so it is the due index's condition and
+     -- the scan stops at it. Joined, it filtered every scheduled task in
+     -- run_at order: a sweep read the whole future backlog to promote none.
+     select t.id, t.queue, t.tenant, t.run_at from tasks t
+     where t.status = 'scheduled' and t.run_at <= (select now from clock) + make_interval(secs => $2::int)
      order by t.run_at, t.id
      limit $3::int
      for update of t skip locked
