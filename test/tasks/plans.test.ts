@@ -18,6 +18,7 @@ import { promoteDueTasks, purgeFinishedTasks } from '../../src/db/sql/tasks-main
 import { markDispatched } from '../../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { queueStats } from '../../src/db/sql/tenants.ts';
+import { finishedPerMinute, readMetricsSnapshot } from '../../src/db/sql/stats.ts';
 import { listTasks } from '../../src/db/sql/tasks-read.ts';
 import { cancelMatchingTasks } from '../../src/db/sql/bulkCancel.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
@@ -320,6 +321,39 @@ describe("the sweep's probe over statistics of a claimed backlog", () => {
       expect(reads.filter((n) => n['Index Name'] === 'tasks_finished_idx'), `${plan}: by the retention index`).toHaveLength(2);
       expectFirstRowOnly(reads, plan);
     }
+  });
+});
+
+// window_bound_in_index (stats.ts): what the dashboard and /metrics read of
+// the finished tasks is a window of the retention index on finished_at, not
+// the history. Over statistics of a day-old history, the charts' window
+// joined with the clock was a filter, and the planner read the table whole.
+describe("the dashboard's and /metrics' windows over a day of history", () => {
+  it('read only the tasks finished in the window, generic and custom', async () => {
+    await resetTables(t.db);
+    const h = createHarness(t.db);
+    await h.enqueue(Array.from({ length: 2_000 }, () => ({ task: 'noop' })), { now: T0 });
+    await h.drain({ now: T0 });
+    await t.db.query('analyze tasks');
+    await h.enqueue(Array.from({ length: 10 }, () => ({ task: 'noop' })), { now: at(86_000) });
+    await h.drain({ now: at(86_000) });
+    const now = at(86_100);
+    for (const plan of ['generic', 'custom'] as const) {
+      const reads = {
+        charts: await planOf((q) => finishedPerMinute(q, { now, tenant: 'acme', minutes: 60 }), plan),
+        counts: await planOf((q) => queueStats(q, { now, tenant: 'acme', finishedWindowSeconds: 3_600 }), plan),
+        metrics: await planOf((q) => readMetricsSnapshot(q, { now, tenant: null, windowSeconds: 3_600, maxTenants: 10 }), plan),
+      };
+      for (const [read, nodes] of Object.entries(reads)) {
+        const scans = nodes.filter((n) => n['Relation Name'] === 'tasks');
+        expect(scans.map((n) => n['Index Name']), `${plan} ${read}: the window by the retention index`).toContain('tasks_finished_idx');
+        for (const n of scans) {
+          const rows = n['Actual Rows'] * n['Actual Loops'] + (n['Rows Removed by Filter'] ?? 0);
+          expect(rows, `${plan} ${read}: rows read by ${n['Node Type']} on ${n['Index Name'] ?? 'tasks'}`).toBeLessThanOrEqual(10);
+        }
+      }
+    }
+    expect((await finishedPerMinute(t.db, { now, tenant: 'acme', minutes: 60 })).map((m) => m.finished)).toEqual([{ succeeded: 10 }]);
   });
 });
 

@@ -1500,6 +1500,21 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/plans.test.ts'],
   },
   {
+    id: 'window-bound-in-index',
+    file: 'src/db/sql/stats.ts',
+    statement: 'tasks_finished_per_minute',
+    guard: 'window_bound_in_index: the window\'s ends are the retention index\'s condition',
+    find: `   from tasks t
+   where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
+     and t.finished_at > (select now from clock) - make_interval(mins => $3::int)
+     and t.finished_at <= (select now from clock)`,
+    replace: `   from tasks t cross join clock
+   where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
+     and t.finished_at > clock.now - make_interval(mins => $3::int)
+     and t.finished_at <= clock.now`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
     id: 'retention-by-age',
     file: 'migrations/0027_retention_by_age.sql',
     statement: 'tasks_finished_tenant_idx',

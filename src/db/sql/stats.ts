@@ -28,6 +28,10 @@ export interface MinuteStats {
  * grouping sets give the per-outcome counts and the per-minute percentiles.
  * Reads a finished_at range of tasks_finished_idx (its predicate is repeated
  * verbatim so the planner can use it); takes no locks.
+ *
+ * window_bound_in_index: the window's ends are the clock's value, not a join
+ * with the clock, so they are the index's condition. Joined, over statistics
+ * of an older history, the planner read the table whole for the window.
  */
 const tasksFinishedPerMinute = sql(
   'tasks_finished_per_minute',
@@ -38,10 +42,10 @@ const tasksFinishedPerMinute = sql(
             filter (where t.started_at is not null) as p50,
           percentile_cont(0.99) within group (order by greatest(extract(epoch from t.started_at - t.run_at), 0))
             filter (where t.started_at is not null) as p99
-   from tasks t cross join clock
+   from tasks t
    where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
-     and t.finished_at > clock.now - make_interval(mins => $3::int)
-     and t.finished_at <= clock.now
+     and t.finished_at > (select now from clock) - make_interval(mins => $3::int)
+     and t.finished_at <= (select now from clock)
      and t.tenant = $2::text
    group by grouping sets ((t.queue, minute, t.status), (t.queue, minute))
    order by t.queue, minute`,
