@@ -201,6 +201,21 @@ describe('migrate', () => {
     ]);
     await db.close();
   });
+
+  it("0028 (a schedule's live occurrences) indexes the waiting and running occurrences of tasks in every status", async () => {
+    const { db, migrations } = await dbBefore('0028_');
+    await insertTasksInEveryStatus(db);
+    await db.query(
+      `insert into schedules (id, tenant, name, kind, interval_seconds, timezone, task, payload, queue, max_attempts, options,
+                              misfire, misfire_grace_seconds, catch_up_limit, overlap, enabled, next_run_at)
+       overriding system value values (1, 'beta', 'every-minute', 'interval', 60, 'UTC', 'noop', '{}', 'default', 5, '{}',
+                                       'run_once', 60, 10, 'skip', true, now())`,
+    );
+    await db.query(`update tasks set schedule_id = 1, scheduled_for = now() + id * interval '1 second' where tenant = 'beta'`);
+    await migrate(db, migrations);
+    expect(await betaThrough(db, 'tasks_live_occurrences_idx', `schedule_id = 1 and status in ('scheduled', 'queued', 'running')`)).toBe(9);
+    await db.close();
+  });
 });
 
 /** Counts tenant beta's tasks matching `predicate`, with sequential and bitmap scans off; the plan must read `index`. */

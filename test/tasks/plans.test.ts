@@ -18,6 +18,7 @@ import { promoteDueTasks, purgeFinishedTasks } from '../../src/db/sql/tasks-main
 import { markDispatched } from '../../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { queueStats } from '../../src/db/sql/tenants.ts';
+import { lockDueSchedules } from '../../src/db/sql/schedules.ts';
 import { finishedPerMinute, readMetricsSnapshot } from '../../src/db/sql/stats.ts';
 import { listTasks } from '../../src/db/sql/tasks-read.ts';
 import { cancelMatchingTasks } from '../../src/db/sql/bulkCancel.ts';
@@ -354,6 +355,47 @@ describe("the dashboard's and /metrics' windows over a day of history", () => {
       }
     }
     expect((await finishedPerMinute(t.db, { now, tenant: 'acme', minutes: 60 })).map((m) => m.finished)).toEqual([{ succeeded: 10 }]);
+  });
+});
+
+// busy_from_live_occurrences (schedules.ts, migration 0028): whether a due
+// schedule's last run is still live is read from its live occurrences, never
+// from its history (the only other index by schedule holds every occurrence).
+describe("the materialization's busy check beside a long history of occurrences", () => {
+  it("reads only the schedules' live occurrences, generic and custom", async () => {
+    await resetTables(t.db);
+    await t.db.query(`delete from schedules`);
+    await t.db.query(
+      `insert into schedules (tenant, name, kind, interval_seconds, timezone, task, payload, queue, max_attempts, options,
+                              misfire, misfire_grace_seconds, catch_up_limit, overlap, enabled, next_run_at)
+       select 'acme', 'every-minute-' || i, 'interval', 60, 'UTC', 'noop', '{}', 'default', 5, '{}', 'run_once', 60, 10,
+              'skip', true, $1::timestamptz
+       from generate_series(1, 10) i`,
+      [at(86_400)],
+    );
+    // A day of finished occurrences for each, and a live one for the first.
+    await t.db.query(
+      `insert into tasks (tenant, task, status, run_at, finished_at, schedule_id, scheduled_for)
+       select 'acme', 'noop', 'succeeded', o.at, o.at, s.id, o.at
+       from schedules s, lateral (select $1::timestamptz + i * interval '1 minute' as at from generate_series(0, 199) i) o`,
+      [T0],
+    );
+    await t.db.query(
+      `insert into tasks (tenant, task, status, run_at, schedule_id, scheduled_for)
+       select 'acme', 'noop', 'scheduled', $1::timestamptz, min(id), $1::timestamptz from schedules`,
+      [at(86_460)],
+    );
+    await t.db.query('analyze tasks');
+    for (const plan of ['generic', 'custom'] as const) {
+      const nodes = await planOf((q) => lockDueSchedules(q, { now: at(86_400), lookaheadSeconds: 60, limit: 100 }), plan);
+      const scans = nodes.filter((n) => n['Relation Name'] === 'tasks');
+      expect(scans.map((n) => n['Index Name']), `${plan}: by the live occurrences`).toEqual(['tasks_live_occurrences_idx']);
+      for (const n of scans) {
+        expect(n['Actual Rows'] * n['Actual Loops'] + (n['Rows Removed by Filter'] ?? 0), `${plan}: rows read`).toBeLessThanOrEqual(1);
+      }
+    }
+    const due = await lockDueSchedules(t.db, { now: at(86_400), lookaheadSeconds: 60, limit: 100 });
+    expect(due.map((d) => d.busy).sort()).toEqual([...Array.from({ length: 9 }, () => false), true]);
   });
 });
 

@@ -1515,6 +1515,16 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/plans.test.ts'],
   },
   {
+    id: 'busy-from-live-occurrences',
+    file: 'migrations/0028_live_occurrences.sql',
+    statement: 'tasks_live_occurrences_idx',
+    guard: 'busy_from_live_occurrences: a schedule\'s live occurrences have an index of their own',
+    find: `create index tasks_live_occurrences_idx on tasks (schedule_id)
+  where status in ('scheduled', 'queued', 'running') and schedule_id is not null;`,
+    replace: `select 1;`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
     id: 'retention-by-age',
     file: 'migrations/0027_retention_by_age.sql',
     statement: 'tasks_finished_tenant_idx',

@@ -297,6 +297,10 @@ export interface DueSchedule {
  * disjoint batches). Due means next_run_at within the look-ahead, except for
  * overlap = skip schedules, which are only materialized once due: whether the
  * previous run finished is only known then.
+ *
+ * busy_from_live_occurrences: `busy` reads tasks_live_occurrences_idx
+ * (migration 0028), which holds a schedule's waiting and running occurrences
+ * only; its predicate is implied here, so the history is never read.
  */
 const schedulesLockDue = sql(
   'schedules_lock_due',
