@@ -370,7 +370,7 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
     // 5. Purge one bounded batch of expired history per tick.
     async purge(until) {
       if (elapsed() >= until) return true;
-      const n = await purgeFinishedTasks(db, {
+      const { purged: n, keys } = await purgeFinishedTasks(db, {
         now,
         retentionSeconds: config.retentionSeconds,
         limit: config.purgeBatchSize,
@@ -385,7 +385,7 @@ export async function sweepOnce(deps: SweepDeps, options: { now?: Date } = {}): 
         });
       }
       // After the tasks: a key whose last task this purge deleted goes in the same tick.
-      const f = await purgeIdleFlowControl(db, { now, retentionSeconds: config.retentionSeconds, limit: config.purgeBatchSize });
+      const f = await purgeIdleFlowControl(db, { now, retentionSeconds: config.retentionSeconds, limit: config.purgeBatchSize, keys });
       flowKeysPurged.slots += f.slots;
       flowKeysPurged.rates += f.rates;
       return false;

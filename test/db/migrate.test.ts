@@ -193,7 +193,7 @@ describe('migrate', () => {
     expect(await betaThrough(db, 'tasks_finished_tenant_idx', `status in ('succeeded', 'dead', 'cancelled', 'missed')`)).toBe(12);
     const listed = await listTasks(db, 'beta', { limit: 100, statuses: ['succeeded', 'dead', 'cancelled', 'missed'] });
     expect(listed).toHaveLength(12);
-    expect(await purgeFinishedTasks(db, { now: new Date(Date.now() + 60_000), retentionSeconds: 1, limit: 100, markRetentionSeconds: 3_600 })).toBe(16);
+    expect((await purgeFinishedTasks(db, { now: new Date(Date.now() + 60_000), retentionSeconds: 1, limit: 100, markRetentionSeconds: 3_600 })).purged).toBe(16);
     expect(await db.query(`select status, count(*)::int as n from tasks group by status order by status`)).toEqual([
       { status: 'queued', n: 4 },
       { status: 'running', n: 4 },

@@ -88,7 +88,7 @@ describe('idle flow-control keys (issue 16)', () => {
     expect(await frees()).toBe(0);
     // The rate line (600 s) is not yet past by the retention (60 s).
     expect(await rateKeys()).toEqual(['claim:r', 'start:r']);
-    expect(await purgeIdleFlowControl(t.db, { now: at(650), retentionSeconds: 60, limit: 100 })).toEqual({ slots: 0, rates: 0 });
+    expect(await purgeIdleFlowControl(t.db, { now: at(650), retentionSeconds: 60, limit: 100, keys: [] })).toEqual({ slots: 0, rates: 0 });
     expect(await rateKeys()).toEqual(['claim:r', 'start:r']);
     expect((await h.sweep({ now: at(661) })).flowKeysPurged.rates).toBe(1);
     expect(await rateKeys()).toEqual([]);
@@ -97,6 +97,17 @@ describe('idle flow-control keys (issue 16)', () => {
     await h.enqueue(Array.from({ length: 3 }, () => ({ task: 'noop', concurrency: { key: 'k', limit: 1 } })), { now: at(700) });
     expect(await slotKeys()).toEqual(['k:1', 'later:1']);
     expect((await h.sweep({ now: at(700) })).claimed).toBe(1);
+  });
+
+  it("keeps a key's slot row while a task of the key is left, though the purge deleted the key's others", async () => {
+    h = createHarness(t.db, { config: { retentionSeconds: 60 } });
+    await h.enqueue({ task: 'noop', concurrency: { key: 'k', limit: 2 } }, { now: T0 });
+    await h.enqueue({ task: 'noop', delay: 86_400, concurrency: { key: 'k', limit: 2 } }, { now: T0 });
+    await h.drain({ now: T0 });
+    const swept = await h.sweep({ now: at(120) });
+    expect(swept.purged).toBe(1);
+    expect(swept.flowKeysPurged).toEqual({ slots: 0, rates: 0 });
+    expect(await slotKeys()).toEqual(['k:2']);
   });
 
   it('skips what others hold: a slot row or a rate line a claim or start has locked, and a key whose free a claim has taken', async () => {
@@ -125,7 +136,8 @@ describe('idle flow-control keys (issue 16)', () => {
       await held;
     });
     await isLocked;
-    const purge = (now: Date) => purgeIdleFlowControl(t.db, { now, retentionSeconds: 60, limit: 100 });
+    const keys = ['a', 'b'].map((key) => ({ tenant: 'acme', key }));
+    const purge = (now: Date) => purgeIdleFlowControl(t.db, { now, retentionSeconds: 60, limit: 100, keys });
     const during = await purge(at(240));
     release();
     await holder;
@@ -231,7 +243,8 @@ describe('bounds', () => {
     // the probe (issue 13), reap, due schedules, promote, wake parked tasks of keys
     // with room (issue 16), list queues, one claim of 250 (less than the batch of
     // 500, but a backlog: at least one sendBatch's worth) and one that finds the
-    // queue empty, one mark, purge (tasks, then idle flow-control keys in two)
+    // queue empty, one mark, purge (tasks, then idle flow-control keys: the
+    // slot rows only for keys of deleted tasks, none here)
     expect(sweepCounts).toEqual({
       sweep_probe_due_work: 1,
       tasks_reap_expired: 1,
@@ -242,7 +255,6 @@ describe('bounds', () => {
       tasks_claim_runnable: 2,
       dispatch_marks_insert: 1,
       tasks_purge_finished: 1,
-      concurrency_slots_lock_idle: 1,
       flow_control_purge_idle: 1,
     });
   });

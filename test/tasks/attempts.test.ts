@@ -243,7 +243,7 @@ describe('attempt history', () => {
     await round(at(3600));
     const n = async () => (await t.db.query<{ task_id: string }>(`select task_id from task_attempts order by task_id`)).map((x) => String(x.task_id));
     expect(await n()).toEqual([old!.task!.id, kept!.task!.id]);
-    expect(await purgeFinishedTasks(t.db, { now: at(1800), retentionSeconds: 600, limit: 100, markRetentionSeconds: 600 })).toBe(1);
+    expect((await purgeFinishedTasks(t.db, { now: at(1800), retentionSeconds: 600, limit: 100, markRetentionSeconds: 600 })).purged).toBe(1);
     expect(await n()).toEqual([kept!.task!.id]);
   });
 });

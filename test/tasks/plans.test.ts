@@ -19,6 +19,7 @@ import { markDispatched } from '../../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { queueStats } from '../../src/db/sql/tenants.ts';
 import { lockDueSchedules } from '../../src/db/sql/schedules.ts';
+import { lockIdleSlots } from '../../src/db/sql/concurrency.ts';
 import { finishedPerMinute, readMetricsSnapshot } from '../../src/db/sql/stats.ts';
 import { listTasks } from '../../src/db/sql/tasks-read.ts';
 import { cancelMatchingTasks } from '../../src/db/sql/bulkCancel.ts';
@@ -396,6 +397,37 @@ describe("the materialization's busy check beside a long history of occurrences"
     }
     const due = await lockDueSchedules(t.db, { now: at(86_400), lookaheadSeconds: 60, limit: 100 });
     expect(due.map((d) => d.busy).sort()).toEqual([...Array.from({ length: 9 }, () => false), true]);
+  });
+});
+
+// idle_slots_from_candidates (concurrency.ts): the purge of idle keys asks
+// only about the keys whose tasks the sweep just deleted, not about every
+// key (one per user, say) each busy sweep.
+describe('the purge of idle concurrency keys beside many keys in use', () => {
+  it("reads only the candidates' slot rows and tasks, generic and custom", async () => {
+    await resetTables(t.db);
+    await t.db.query(
+      `insert into concurrency_slots (tenant, key, max_running) select 'acme', 'user-' || i, 1 from generate_series(1, 2000) i`,
+    );
+    // Every key but user-1 keeps a finished task.
+    await t.db.query(
+      `insert into tasks (tenant, task, status, run_at, finished_at, concurrency_key, concurrency_limit)
+       select 'acme', 'noop', 'succeeded', $1::timestamptz, $1::timestamptz, 'user-' || i, 1 from generate_series(2, 2000) i`,
+      [T0],
+    );
+    await t.db.query('analyze tasks');
+    await t.db.query('analyze concurrency_slots');
+    const keys = ['user-1', 'user-2'].map((key) => ({ tenant: 'acme', key }));
+    for (const plan of ['generic', 'custom'] as const) {
+      const nodes = await planOf((q) => lockIdleSlots(q, { limit: 500, keys }), plan);
+      const scans = nodes.filter((n) => n['Relation Name'] === 'tasks' || n['Relation Name'] === 'concurrency_slots');
+      expect(scans.length, `${plan}: the scans`).toBeGreaterThanOrEqual(2);
+      for (const n of scans) {
+        const rows = n['Actual Rows'] * n['Actual Loops'] + (n['Rows Removed by Filter'] ?? 0);
+        expect(rows, `${plan}: rows read by ${n['Node Type']} on ${n['Index Name'] ?? n['Relation Name']}`).toBeLessThanOrEqual(2);
+      }
+    }
+    expect(await lockIdleSlots(t.db, { limit: 500, keys })).toEqual([{ tenant: 'acme', key: 'user-1' }]);
   });
 });
 

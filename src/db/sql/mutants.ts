@@ -1525,6 +1525,17 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/plans.test.ts'],
   },
   {
+    id: 'idle-slots-from-candidates',
+    file: 'src/db/sql/concurrency.ts',
+    statement: 'concurrency_slots_lock_idle',
+    guard: 'idle_slots_from_candidates: only the keys of the tasks just deleted are asked about',
+    find: `     where s.tenant = c.tenant and s.key = c.key
+       and not exists`,
+    replace: `     where (c.tenant, c.key) is not null
+       and not exists`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
     id: 'retention-by-age',
     file: 'migrations/0027_retention_by_age.sql',
     statement: 'tasks_finished_tenant_idx',
@@ -1684,8 +1695,8 @@ export const mutants: Mutant[] = [
     file: CONCURRENCY,
     statement: 'concurrency_slots_lock_idle, flow_control_purge_idle',
     guard: "a key's slot row is forgotten only once none of its tasks is left (checked in both steps)",
-    find: `where not exists (select 1 from tasks t where t.tenant = s.tenant and t.concurrency_key = s.key)`,
-    replace: `where true`,
+    find: `and not exists (select 1 from tasks t where t.tenant = s.tenant and t.concurrency_key = s.key)`,
+    replace: `and true`,
     also: [
       {
         file: CONCURRENCY,

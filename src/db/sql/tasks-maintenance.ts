@@ -2,7 +2,7 @@
 // leases, purge finished tasks past retention. Conventions: tasks-shared.ts.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { freeSlotsOf } from './concurrency.ts';
+import { freeSlotsOf, type FlowKey } from './concurrency.ts';
 import { FAIR_VTIME_OF_INPUT } from './tasks-enqueue.ts';
 import { at, countPendingOf, type Now } from './tasks-shared.ts';
 
@@ -154,7 +154,7 @@ const tasksPurgeFinished = sql(
    ),
    deleted as (
      delete from tasks t using doomed where t.id = doomed.id
-     returning t.id, t.tenant, t.idempotency_key, t.status
+     returning t.id, t.tenant, t.idempotency_key, t.status, t.concurrency_key
    ),
    attempts_purged as (
      delete from task_attempts a using deleted where a.task_id = deleted.id
@@ -171,16 +171,30 @@ const tasksPurgeFinished = sql(
      select tenant, idempotency_key, id, status, coalesce($1::timestamptz, now())
      from deleted where idempotency_key is not null
      on conflict do nothing
-   )
-   select count(*)::int as n from deleted`,
+   ),
+   keys as (select distinct tenant, concurrency_key as key from deleted where concurrency_key is not null)
+   select (select count(*)::int from deleted) as n,
+          coalesce((select array_agg(tenant order by tenant, key) from keys), '{}') as key_tenants,
+          coalesce((select array_agg(key order by tenant, key) from keys), '{}') as keys`,
 );
+
+export interface PurgedTasks {
+  purged: number;
+  /** The concurrency keys of the deleted tasks: the slot rows that may have gone idle. */
+  keys: FlowKey[];
+}
 
 export async function purgeFinishedTasks(
   q: Queryable,
   p: { now?: Now; retentionSeconds: number; limit: number; markRetentionSeconds: number },
-): Promise<number> {
-  const rows = await q.query<{ n: number }>(tasksPurgeFinished, [at(p.now), p.retentionSeconds, p.limit, p.markRetentionSeconds]);
-  return rows[0]?.n ?? 0;
+): Promise<PurgedTasks> {
+  const [r] = await q.query<{ n: number; key_tenants: string[]; keys: string[] }>(tasksPurgeFinished, [
+    at(p.now),
+    p.retentionSeconds,
+    p.limit,
+    p.markRetentionSeconds,
+  ]);
+  return { purged: r?.n ?? 0, keys: (r?.keys ?? []).map((key, i) => ({ tenant: r!.key_tenants[i]!, key })) };
 }
 
 const spentKeysPurge = sql(
