@@ -136,6 +136,11 @@ const slotsLockIdle = sql(
    limit $1::int`,
 );
 
+/** Step 1 alone: the candidate keys' slot rows that are idle, locked (tests read its plan). */
+export async function lockIdleSlots(q: Queryable, p: { limit: number; keys: readonly FlowKey[] }): Promise<FlowKey[]> {
+  return q.query<FlowKey>(slotsLockIdle, [p.limit, p.keys.map((k) => k.tenant), p.keys.map((k) => k.key)]);
+}
+
 /**
  * Step 2, in the same transaction with a fresh snapshot: every enqueue or
  * claim that wrote a locked slot row committed before step 1 took it (later
@@ -207,10 +212,6 @@ const flowControlPurgeIdle = sql(
  * of keys with no task left, and rate rows whose lines are past by the
  * retention. At most `limit` of each; one transaction of two statements.
  */
-export async function lockIdleSlots(q: Queryable, p: { limit: number; keys: readonly FlowKey[] }): Promise<FlowKey[]> {
-  return q.query<FlowKey>(slotsLockIdle, [p.limit, p.keys.map((k) => k.tenant), p.keys.map((k) => k.key)]);
-}
-
 export async function purgeIdleFlowControl(
   db: Db,
   p: { now?: Now; retentionSeconds: number; limit: number; keys: readonly FlowKey[] },
