@@ -41,6 +41,16 @@ interface PlanNode {
 
 const nodesOf = (node: PlanNode): PlanNode[] => [node, ...(node.Plans ?? []).flatMap(nodesOf)];
 
+/** Rows a scan read: those it returned and those its filter removed, over all its loops. */
+const rowsRead = (n: PlanNode) => (n['Actual Rows'] + (n['Rows Removed by Filter'] ?? 0)) * n['Actual Loops'];
+
+/** No scan of `scans` reads more than `bound` rows. */
+function expectReadsAtMost(scans: PlanNode[], bound: number, label: string) {
+  for (const n of scans) {
+    expect(rowsRead(n), `${label}: rows read by ${n['Node Type']} on ${n['Index Name'] ?? n['Relation Name']}`).toBeLessThanOrEqual(bound);
+  }
+}
+
 class Rollback extends Error {}
 
 let probes = 0;
@@ -211,14 +221,7 @@ describe("the sweep's probe over statistics of a claimed backlog", () => {
       for (const n of scans) expect(n['Node Type'], `${plan}: ${n['Index Name'] ?? 'tasks'}`).not.toBe('Seq Scan');
       // Each arm's first row is its index's first: none but the reap arm
       // (every running task, probe_reap_last) reads more than one row.
-      expectFirstRowOnly(scans.filter((n) => n['Index Name'] !== 'tasks_running_idx'), plan);
-    }
-  }
-
-  function expectFirstRowOnly(scans: PlanNode[], plan: string) {
-    for (const n of scans) {
-      const read = n['Actual Rows'] * n['Actual Loops'] + (n['Rows Removed by Filter'] ?? 0);
-      expect(read, `${plan}: rows read by ${n['Node Type']} on ${n['Index Name'] ?? 'tasks'}`).toBeLessThanOrEqual(1);
+      expectReadsAtMost(scans.filter((n) => n['Index Name'] !== 'tasks_running_idx'), 1, plan);
     }
   }
 
@@ -295,7 +298,7 @@ describe("the sweep's probe over statistics of a claimed backlog", () => {
       // the scan found: over a table this small a generic plan hashes it.)
       const due = scans.filter((n) => n['Index Name'] === 'tasks_due_idx');
       expect(due.map((n) => n['Actual Rows']), `${plan}: the due task`).toEqual([1]);
-      expectFirstRowOnly(due, plan);
+      expectReadsAtMost(due, 1, plan);
     }
     expect(await promoteDueTasks(t.db, { now: at(90), lookaheadSeconds: 60, limit: 500 })).toBe(1);
   });
@@ -321,7 +324,7 @@ describe("the sweep's probe over statistics of a claimed backlog", () => {
         ...(await planOf((q) => purgeFinishedTasks(q, { now: at(2), retentionSeconds: 7 * 86_400, limit: 500, markRetentionSeconds: 3_600 }), plan)),
       ].filter((n) => n['Relation Name'] === 'tasks');
       expect(reads.filter((n) => n['Index Name'] === 'tasks_finished_idx'), `${plan}: by the retention index`).toHaveLength(2);
-      expectFirstRowOnly(reads, plan);
+      expectReadsAtMost(reads, 1, plan);
     }
   });
 });
@@ -349,10 +352,7 @@ describe("the dashboard's and /metrics' windows over a day of history", () => {
       for (const [read, nodes] of Object.entries(reads)) {
         const scans = nodes.filter((n) => n['Relation Name'] === 'tasks');
         expect(scans.map((n) => n['Index Name']), `${plan} ${read}: the window by the retention index`).toContain('tasks_finished_idx');
-        for (const n of scans) {
-          const rows = n['Actual Rows'] * n['Actual Loops'] + (n['Rows Removed by Filter'] ?? 0);
-          expect(rows, `${plan} ${read}: rows read by ${n['Node Type']} on ${n['Index Name'] ?? 'tasks'}`).toBeLessThanOrEqual(10);
-        }
+        expectReadsAtMost(scans, 10, `${plan} ${read}`);
       }
     }
     expect((await finishedPerMinute(t.db, { now, tenant: 'acme', minutes: 60 })).map((m) => m.finished)).toEqual([{ succeeded: 10 }]);
@@ -391,9 +391,7 @@ describe("the materialization's busy check beside a long history of occurrences"
       const nodes = await planOf((q) => lockDueSchedules(q, { now: at(86_400), lookaheadSeconds: 60, limit: 100 }), plan);
       const scans = nodes.filter((n) => n['Relation Name'] === 'tasks');
       expect(scans.map((n) => n['Index Name']), `${plan}: by the live occurrences`).toEqual(['tasks_live_occurrences_idx']);
-      for (const n of scans) {
-        expect(n['Actual Rows'] * n['Actual Loops'] + (n['Rows Removed by Filter'] ?? 0), `${plan}: rows read`).toBeLessThanOrEqual(1);
-      }
+      expectReadsAtMost(scans, 1, plan);
     }
     const due = await lockDueSchedules(t.db, { now: at(86_400), lookaheadSeconds: 60, limit: 100 });
     expect(due.map((d) => d.busy).sort()).toEqual([...Array.from({ length: 9 }, () => false), true]);
@@ -422,10 +420,7 @@ describe('the purge of idle concurrency keys beside many keys in use', () => {
       const nodes = await planOf((q) => lockIdleSlots(q, { limit: 500, keys }), plan);
       const scans = nodes.filter((n) => n['Relation Name'] === 'tasks' || n['Relation Name'] === 'concurrency_slots');
       expect(scans.length, `${plan}: the scans`).toBeGreaterThanOrEqual(2);
-      for (const n of scans) {
-        const rows = n['Actual Rows'] * n['Actual Loops'] + (n['Rows Removed by Filter'] ?? 0);
-        expect(rows, `${plan}: rows read by ${n['Node Type']} on ${n['Index Name'] ?? n['Relation Name']}`).toBeLessThanOrEqual(2);
-      }
+      expectReadsAtMost(scans, 2, plan);
     }
     expect(await lockIdleSlots(t.db, { limit: 500, keys })).toEqual([{ tenant: 'acme', key: 'user-1' }]);
   });
@@ -456,10 +451,7 @@ describe("the dashboard's queue counts over a tenant's finished history", () => 
     for (const plan of ['generic', 'custom'] as const) {
       const scans = (await planOf(stats, plan)).filter((n) => n['Relation Name'] === 'tasks');
       expect(scans.length, `${plan}: the scans of tasks`).toBeGreaterThanOrEqual(3);
-      for (const n of scans) {
-        const read = (n['Actual Rows'] + (n['Rows Removed by Filter'] ?? 0)) * n['Actual Loops'];
-        expect(read, `${plan}: ${n['Node Type']} on ${n['Index Name'] ?? 'tasks'}`).toBeLessThanOrEqual(20);
-      }
+      expectReadsAtMost(scans, 20, plan);
     }
     // Claimed and not started shows as queued; the history is outside the hour.
     const [counts] = await stats(t.db);
@@ -519,9 +511,8 @@ describe("a small tenant's task list and bulk cancel beside a long history and m
     const scans = nodes.filter((n) => n['Relation Name'] === 'tasks');
     expect(scans.length, `${label}: the scans of tasks`).toBeGreaterThan(0);
     for (const n of scans) {
-      const read = (n['Actual Rows'] + (n['Rows Removed by Filter'] ?? 0)) * n['Actual Loops'];
       const bound = n['Index Name'] === 'tasks_running_idx' ? IN_FLIGHT + 2 : rows;
-      expect(read, `${label}: ${n['Node Type']} on ${n['Index Name'] ?? 'tasks'}`).toBeLessThanOrEqual(bound);
+      expect(rowsRead(n), `${label}: ${n['Node Type']} on ${n['Index Name'] ?? 'tasks'}`).toBeLessThanOrEqual(bound);
     }
   }
 
