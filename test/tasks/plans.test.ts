@@ -171,6 +171,9 @@ describe('generic plans of the fenced batch writes', () => {
     const results = batch.map((b) => ({ ...b, outcome: 'succeeded' as const, error: null, retryDelayMs: null }));
     const nodes = await planOf((q) => finishIfRunning(q, { now: at(2), results }));
     expectLinear(nodes, 'res');
+    // read_once_but_failures (tasks-fence.ts): successes read each task once.
+    const reads = nodes.filter((n) => n['Relation Name'] === 'tasks' && n['Node Type'].endsWith('Scan'));
+    expect(reads.reduce((sum, n) => sum + n['Actual Rows'] * n['Actual Loops'], 0), 'task rows read').toBe(BATCH);
   });
 
   // mark_reads_its_ids (tasks-dispatch.ts): planned for its values, the

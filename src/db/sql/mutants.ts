@@ -251,6 +251,26 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/retries.test.ts'],
   },
   {
+    id: 'finish-read-once-but-failures',
+    file: FENCE,
+    statement: 'tasks_finish_if_running',
+    guard: 'a success reads its task once (read_once_but_failures: the second read waits behind the outcome)',
+    find: `where t.id = r.id and r.outcome = 'failed'
+       offset 0) t on true`,
+    replace: `where t.id = r.id and r.outcome = 'failed'
+       ) t on true`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'finish-retry-keeps-attempt-start',
+    file: FENCE,
+    statement: 'tasks_finish_if_running',
+    guard: "a retried attempt's history keeps its start (the retry clears the task's started_at)",
+    find: `case when t.status = 'scheduled' then d.attempt_started_at else t.started_at end as attempt_started_at`,
+    replace: `t.started_at as attempt_started_at`,
+    tests: ['test/tasks/attempts.test.ts'],
+  },
+  {
     id: 'reap-at-most-once',
     file: MAINTENANCE,
     statement: 'tasks_reap_expired',
@@ -714,7 +734,7 @@ export const mutants: Mutant[] = [
     find: `f.attempt_started_at, f.now, f.error_name, f.error_message, f.http_status
      from finished f`,
     replace: `f.attempt_started_at, f.now, f.error_name, f.error_message, f.http_status
-     from (select d.*, clock.now from decided d, clock) f`,
+     from (select d.*, t.attempts, clock.now from decided d join tasks t on t.id = d.id, clock) f`,
     tests: ['test/tasks/attempts.test.ts'],
   },
   {

@@ -387,14 +387,21 @@ const tasksFinishIfRunning = sql(
        ['result', '$11::jsonb[]'],
      ])}
    ),
+   -- read_once_but_failures: the update reads each task once, by id. Only a
+   -- failure, which may retry, reads its task beside it (\`offset 0\` keeps
+   -- the read behind its test of the outcome, so a success never pays it):
+   -- the attempts left, the delivery, and the attempt's start the retry
+   -- clears. Joined whole, every finish read each task twice (issue 12).
    decided as (
-     select r.*, t.attempts, t.started_at as attempt_started_at, case
+     select r.*, t.started_at as attempt_started_at, case
               when r.outcome = 'succeeded' then 'succeeded'
               when r.outcome = 'failed' and t.delivery = 'at_least_once' and t.attempts < t.max_attempts then 'scheduled'
               else 'dead'
             end as next_status
-     from res r join tasks t on t.id = r.id
-     where t.id = any($2::bigint[])
+     from res r left join lateral (
+       select t.delivery, t.attempts, t.max_attempts, t.started_at from tasks t
+       where t.id = r.id and r.outcome = 'failed'
+       offset 0) t on true
    ),
    finished as (
      update tasks t set
@@ -413,7 +420,9 @@ const tasksFinishIfRunning = sql(
        updated_at = clock.now
      from decided d, clock
      where t.id = any($2::bigint[]) and t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'
-     returning t.id, t.status, t.run_at, d.attempts, d.epoch, d.outcome, d.timed_out, d.attempt_started_at,
+     -- The finish leaves attempts as they were, and started_at too unless it retries.
+     returning t.id, t.status, t.run_at, t.attempts, d.epoch, d.outcome, d.timed_out,
+               case when t.status = 'scheduled' then d.attempt_started_at else t.started_at end as attempt_started_at,
                d.error_name, d.error_message, d.http_status, clock.now, t.tenant, t.concurrency_key
    ),
    ${freeSlotsOf('finished')},
