@@ -6,7 +6,8 @@ import { migrate } from '../../src/db/migrate.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { getTask, listTasks } from '../../src/db/sql/tasks-read.ts';
 import { cancelMatchingTasks } from '../../src/db/sql/bulkCancel.ts';
-import { purgeFinishedTasks, reapExpiredLeases } from '../../src/db/sql/tasks-maintenance.ts';
+import { purgeFinishedTasks, purgeSpentKeys, reapExpiredLeases } from '../../src/db/sql/tasks-maintenance.ts';
+import { purgeIdleFlowControl } from '../../src/db/sql/concurrency.ts';
 import { queueStats } from '../../src/db/sql/tenants.ts';
 import type { Db } from '../../src/db/seam.ts';
 import { expectPendingCounted } from '../helpers/invariants.ts';
@@ -214,6 +215,31 @@ describe('migrate', () => {
     await db.query(`update tasks set schedule_id = 1, scheduled_for = now() + id * interval '1 second' where tenant = 'beta'`);
     await migrate(db, migrations);
     expect(await betaThrough(db, 'tasks_live_occurrences_idx', `schedule_id = 1 and status in ('scheduled', 'queued', 'running')`)).toBe(9);
+    await db.close();
+  });
+
+  it('0029 (spent keys and rate lines by age) indexes the rows already there: the purges take the old ones alone', async () => {
+    const { db, migrations } = await dbBefore('0029_');
+    for (const [age, keys] of [['10 days', ['old-1', 'old-2']], ['1 hour', ['young']]] as const) {
+      for (const key of keys) {
+        await db.query(
+          `with spent as (insert into spent_idempotency_keys (tenant, idempotency_key, task_id, status, spent_at)
+                          values ('beta', $1::text, 1, 'succeeded', now() - $2::interval)),
+                claims as (insert into rate_limits (tenant, key, max_starts, period_seconds, next_claim_at)
+                           values ('beta', $1::text, 1, 60, now() - $2::interval))
+           insert into rate_start_lines (tenant, key, next_start_at) values ('beta', $1::text, now() - $2::interval)`,
+          [key, age],
+        );
+      }
+    }
+    await migrate(db, migrations);
+    const week = 7 * 86_400;
+    expect(await purgeSpentKeys(db, { retentionSeconds: week, limit: 100 })).toBe(2);
+    expect(await purgeIdleFlowControl(db, { retentionSeconds: week, limit: 100, keys: [] })).toEqual({ slots: 0, rates: 2 });
+    expect(
+      await db.query(`select (select array_agg(idempotency_key) from spent_idempotency_keys) as spent,
+                             (select array_agg(key) from rate_limits) as claims, (select array_agg(key) from rate_start_lines) as starts`),
+    ).toEqual([{ spent: ['young'], claims: ['young'], starts: ['young'] }]);
     await db.close();
   });
 });

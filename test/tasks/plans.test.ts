@@ -12,14 +12,14 @@
 // describe the table.
 import { randomUUID } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { Queryable, Sql } from '../../src/db/seam.ts';
+import type { Db, Queryable, Sql } from '../../src/db/seam.ts';
 import { probeDueWork } from '../../src/db/sql/dispatchers.ts';
-import { promoteDueTasks, purgeFinishedTasks } from '../../src/db/sql/tasks-maintenance.ts';
+import { promoteDueTasks, purgeFinishedTasks, purgeSpentKeys } from '../../src/db/sql/tasks-maintenance.ts';
 import { markDispatched } from '../../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { queueStats } from '../../src/db/sql/tenants.ts';
 import { lockDueSchedules } from '../../src/db/sql/schedules.ts';
-import { lockIdleSlots } from '../../src/db/sql/concurrency.ts';
+import { lockIdleSlots, purgeIdleFlowControl } from '../../src/db/sql/concurrency.ts';
 import { finishedPerMinute, readMetricsSnapshot } from '../../src/db/sql/stats.ts';
 import { listTasks } from '../../src/db/sql/tasks-read.ts';
 import { cancelMatchingTasks } from '../../src/db/sql/bulkCancel.ts';
@@ -426,6 +426,71 @@ describe('the purge of idle concurrency keys beside many keys in use', () => {
       expectReadsAtMost(scans, 2, plan);
     }
     expect(await lockIdleSlots(t.db, { limit: 500, keys })).toEqual([{ tenant: 'acme', key: 'user-1' }]);
+  });
+});
+
+// purge_reads_by_age (dispatchers.ts, concurrency.ts, tasks-maintenance.ts,
+// migration 0029): the tables the purge keeps besides the history grow with
+// use (a rate key per user, a spent key per idempotent task), and every
+// probe, an idle tick's too, asks each whether anything in it is old enough.
+// Without an index by age, the answer "nothing" read the table whole.
+describe("the probe and the purge beside many spent keys, dispatch marks and rate lines in use", () => {
+  const N = 2_000;
+  const RETENTION = 7 * 86_400;
+  const tables = ['spent_idempotency_keys', 'dispatch_marks', 'rate_limits', 'rate_start_lines'];
+  const probe = (q: Queryable, now: Date) =>
+    probeDueWork(q, { now, lookaheadSeconds: 60, retentionSeconds: RETENTION, markRetentionSeconds: 3_600, spentKeyRetentionSeconds: RETENTION });
+  const purges = (db: Db, now: Date) =>
+    Promise.all([
+      purgeSpentKeys(db, { now, retentionSeconds: RETENTION, limit: 500 }),
+      purgeIdleFlowControl(db, { now, retentionSeconds: RETENTION, limit: 500, keys: [] }),
+    ]);
+  /** `n` rows of each table, all of them written (or their lines standing) at `when`. */
+  const fill = (from: number, n: number, when: Date) =>
+    t.db.query(
+      `with rows as (select i from generate_series($1::int, $1::int + $2::int - 1) i)
+       , spent as (insert into spent_idempotency_keys (tenant, idempotency_key, task_id, status, spent_at)
+                   select 'acme', 'k' || i, i, 'succeeded', $3::timestamptz from rows)
+       , marks as (insert into dispatch_marks (claim_token, dispatched_at) select gen_random_uuid(), $3::timestamptz from rows)
+       , claims as (insert into rate_limits (tenant, key, max_starts, period_seconds, next_claim_at)
+                    select 'acme', 'user-' || i, 10, 60, $3::timestamptz from rows)
+       insert into rate_start_lines (tenant, key, next_start_at) select 'acme', 'user-' || i, $3::timestamptz from rows`,
+      [from, n, when],
+    );
+  const scansOf = (nodes: PlanNode[]) => nodes.filter((n) => tables.includes(n['Relation Name'] ?? ''));
+  const inOneTransaction = (q: Queryable) => ({ transaction: (fn: (tx: Queryable) => unknown) => fn(q) }) as unknown as Db;
+
+  it('read none of the rows within their retention, generic and custom, and purge only those past it', async () => {
+    await resetTables(t.db);
+    await t.db.query('truncate dispatch_marks');
+    // Statistics of tables whose every row was old (as before a purge that
+    // emptied them, between two autoanalyzes): the planner then expects the
+    // first row it reads to be old enough, and reading in any order to be cheap.
+    for (const table of tables) await t.db.query(`alter table ${table} set (autovacuum_enabled = false)`);
+    await fill(1, N, at(-RETENTION - 60));
+    for (const table of tables) await t.db.query(`analyze ${table}`);
+    for (const table of tables) await t.db.query(`delete from ${table}`);
+    await fill(1, N, T0);
+    const now = at(60);
+    expect(await probe(t.db, now)).toBe(false);
+    for (const plan of ['generic', 'custom'] as const) {
+      const probed = scansOf(await planOf((q) => probe(q, now), plan));
+      expect(probed.map((n) => n['Relation Name']).sort(), `${plan}: the probe's arms`).toEqual([...tables].sort());
+      expectReadsAtMost(probed, 1, `${plan}: the probe`);
+      const purged = [
+        ...scansOf(await planOf((q) => purgeSpentKeys(q, { now, retentionSeconds: RETENTION, limit: 500 }), plan)),
+        // With no candidate keys, the flow-control purge is its one statement.
+        ...scansOf(await planOf((q) => purgeIdleFlowControl(inOneTransaction(q), { now, retentionSeconds: RETENTION, limit: 500, keys: [] }), plan)),
+      ];
+      expect(new Set(purged.map((n) => n['Relation Name'])), `${plan}: the purges`).toEqual(new Set(['rate_limits', 'rate_start_lines', 'spent_idempotency_keys']));
+      expectReadsAtMost(purged, 1, `${plan}: the purges`);
+    }
+    // Three of each past the retention: found, and purged alone, oldest first.
+    await fill(N + 1, 3, at(-RETENTION - 60));
+    expect(await probe(t.db, now)).toBe(true);
+    expect(await purges(t.db, now)).toEqual([3, { slots: 0, rates: 3 }]);
+    expect(await t.db.query(`select (select count(*)::int from spent_idempotency_keys) as spent, (select count(*)::int from rate_limits) as claims,
+                                    (select count(*)::int from rate_start_lines) as starts`)).toEqual([{ spent: N, claims: N, starts: N }]);
   });
 });
 

@@ -158,12 +158,14 @@ export async function lockIdleSlots(q: Queryable, p: { limit: number; keys: read
  * starts: they place each start at greatest(line, its due time, never before
  * now), so a line in the past spaces nothing and a missing row (line
  * -infinity) is the same. The margin keeps that true for a statement whose
- * clock lags the purge's.
+ * clock lags the purge's. purge_reads_by_age (migration 0029): each line
+ * table is read oldest first by its index on the line, bounded by it, so a
+ * purge that finds nothing reads no row of 100,000 keys in use, whatever
+ * the statistics say of the lines' age.
  */
 const flowControlPurgeIdle = sql(
   'flow_control_purge_idle',
-  `with clock as (select coalesce($1::timestamptz, now()) as now),
-   locked as (select * from unnest($4::text[], $5::text[]) as k(tenant, key)),
+  `with locked as (select * from unnest($4::text[], $5::text[]) as k(tenant, key)),
    frees as (
      select f.id, f.tenant, f.key from concurrency_frees f join locked k on k.tenant = f.tenant and k.key = f.key
      for update of f skip locked
@@ -184,8 +186,9 @@ const flowControlPurgeIdle = sql(
      where f.id = x.id
    ),
    idle_rates as (
-     select r.tenant, r.key from rate_limits r, clock
-     where r.next_claim_at < clock.now - make_interval(secs => $2::int)
+     select r.tenant, r.key from rate_limits r
+     where r.next_claim_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)
+     order by r.next_claim_at
      limit $3::int
      for update of r skip locked
    ),
@@ -195,8 +198,9 @@ const flowControlPurgeIdle = sql(
      returning 1
    ),
    idle_start_lines as (
-     select r.tenant, r.key from rate_start_lines r, clock
-     where r.next_start_at < clock.now - make_interval(secs => $2::int)
+     select r.tenant, r.key from rate_start_lines r
+     where r.next_start_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)
+     order by r.next_start_at
      limit $3::int
      for update of r skip locked
    ),

@@ -1565,6 +1565,96 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/plans.test.ts'],
   },
   {
+    id: 'spent-keys-by-age',
+    file: 'migrations/0029_lines_and_spent_keys_by_age.sql',
+    statement: 'spent_idempotency_keys_spent_at_idx',
+    guard: 'purge_reads_by_age: spent keys have an index by age',
+    find: `create index spent_idempotency_keys_spent_at_idx on spent_idempotency_keys (spent_at);`,
+    replace: `select 1;`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'claim-lines-by-age',
+    file: 'migrations/0029_lines_and_spent_keys_by_age.sql',
+    statement: 'rate_limits_next_claim_at_idx',
+    guard: 'purge_reads_by_age: claim lines have an index by age',
+    find: `create index rate_limits_next_claim_at_idx on rate_limits (next_claim_at);`,
+    replace: `select 1;`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'start-lines-by-age',
+    file: 'migrations/0029_lines_and_spent_keys_by_age.sql',
+    statement: 'rate_start_lines_next_start_at_idx',
+    guard: 'purge_reads_by_age: start lines have an index by age',
+    find: `create index rate_start_lines_next_start_at_idx on rate_start_lines (next_start_at);`,
+    replace: `select 1;`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'probe-marks-by-age',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'sweep_probe_due_work',
+    guard: 'purge_reads_by_age: the marks arm asks for its first row in the index order, not `exists`',
+    find: `or (select true from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int)
+         order by m.dispatched_at limit 1) is not null`,
+    replace: `or exists (select 1 from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int))`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'probe-spent-keys-by-age',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'sweep_probe_due_work',
+    guard: 'purge_reads_by_age: the spent-key arm asks for its first row in the index order, not `exists`',
+    find: `(select true from spent_idempotency_keys k
+                          where k.spent_at < clock.now - make_interval(secs => $5::int)
+                          order by k.spent_at limit 1) is not null)`,
+    replace: `exists (select 1 from spent_idempotency_keys k
+                          where k.spent_at < clock.now - make_interval(secs => $5::int)))`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'probe-lines-by-age',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'sweep_probe_due_work',
+    guard: 'purge_reads_by_age: the rate-line arms ask for their first row in the index order, not `exists`',
+    find: `or (select true from rate_limits r where r.next_claim_at < clock.now - make_interval(secs => $3::int)
+         order by r.next_claim_at limit 1) is not null
+     or (select true from rate_start_lines r where r.next_start_at < clock.now - make_interval(secs => $3::int)
+         order by r.next_start_at limit 1) is not null`,
+    replace: `or exists (select 1 from rate_limits r where r.next_claim_at < clock.now - make_interval(secs => $3::int))
+     or exists (select 1 from rate_start_lines r where r.next_start_at < clock.now - make_interval(secs => $3::int))`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'purge-lines-oldest-first',
+    file: CONCURRENCY,
+    statement: 'flow_control_purge_idle',
+    guard: 'purge_reads_by_age: the lines are read oldest first, by their indexes',
+    find: `     where r.next_claim_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)
+     order by r.next_claim_at`,
+    replace: `     where r.next_claim_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)`,
+    also: [
+      {
+        file: CONCURRENCY,
+        find: `     where r.next_start_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)
+     order by r.next_start_at`,
+        replace: `     where r.next_start_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)`,
+      },
+    ],
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'purge-spent-keys-oldest-first',
+    file: MAINTENANCE,
+    statement: 'spent_idempotency_keys_purge',
+    guard: 'purge_reads_by_age: spent keys are read oldest first, by their index',
+    find: `     order by spent_at
+     limit $3::int`,
+    replace: `     limit $3::int`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
     id: 'probe-purge',
     file: 'src/db/sql/dispatchers.ts',
     statement: 'sweep_probe_due_work',
@@ -1573,9 +1663,11 @@ export const mutants: Mutant[] = [
          where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
            and t.finished_at < clock.now - make_interval(secs => $3::int)
          order by t.finished_at limit 1) is not null
-     or exists (select 1 from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int))
-     or ($5::int > 0 and exists (select 1 from spent_idempotency_keys k
-                                 where k.spent_at < clock.now - make_interval(secs => $5::int)))`,
+     or (select true from dispatch_marks m where m.dispatched_at < clock.now - make_interval(secs => $4::int)
+         order by m.dispatched_at limit 1) is not null
+     or ($5::int > 0 and (select true from spent_idempotency_keys k
+                          where k.spent_at < clock.now - make_interval(secs => $5::int)
+                          order by k.spent_at limit 1) is not null)`,
     replace: `or ($3::int + $4::int + $5::int) is null`,
     tests: ['test/sweep/maintenance.test.ts'],
   },
@@ -1584,8 +1676,10 @@ export const mutants: Mutant[] = [
     file: 'src/db/sql/dispatchers.ts',
     statement: 'sweep_probe_due_work',
     guard: 'a rate line past by the retention makes the sweep run (issue 16)',
-    find: `or exists (select 1 from rate_limits r where r.next_claim_at < clock.now - make_interval(secs => $3::int))
-     or exists (select 1 from rate_start_lines r where r.next_start_at < clock.now - make_interval(secs => $3::int))`,
+    find: `or (select true from rate_limits r where r.next_claim_at < clock.now - make_interval(secs => $3::int)
+         order by r.next_claim_at limit 1) is not null
+     or (select true from rate_start_lines r where r.next_start_at < clock.now - make_interval(secs => $3::int)
+         order by r.next_start_at limit 1) is not null`,
     replace: ``,
     tests: ['test/sweep/maintenance.test.ts'],
   },
@@ -1759,8 +1853,8 @@ export const mutants: Mutant[] = [
     file: CONCURRENCY,
     statement: 'flow_control_purge_idle',
     guard: 'a claim line is forgotten only once past by the retention',
-    find: `where r.next_claim_at < clock.now - make_interval(secs => $2::int)`,
-    replace: `where r.next_claim_at < clock.now`,
+    find: `where r.next_claim_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)`,
+    replace: `where r.next_claim_at < coalesce($1::timestamptz, now())`,
     tests: ['test/sweep/maintenance.test.ts'],
   },
   {
@@ -1768,8 +1862,8 @@ export const mutants: Mutant[] = [
     file: CONCURRENCY,
     statement: 'flow_control_purge_idle',
     guard: 'a start line is forgotten only once past by the retention',
-    find: `where r.next_start_at < clock.now - make_interval(secs => $2::int)`,
-    replace: `where r.next_start_at < clock.now`,
+    find: `where r.next_start_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)`,
+    replace: `where r.next_start_at < coalesce($1::timestamptz, now())`,
     tests: ['test/sweep/maintenance.test.ts'],
   },
   {
@@ -1777,10 +1871,10 @@ export const mutants: Mutant[] = [
     file: CONCURRENCY,
     statement: 'flow_control_purge_idle',
     guard: 'skip locked: a claim line a claim holds is left alone',
-    find: `where r.next_claim_at < clock.now - make_interval(secs => $2::int)
+    find: `order by r.next_claim_at
      limit $3::int
      for update of r skip locked`,
-    replace: `where r.next_claim_at < clock.now - make_interval(secs => $2::int)
+    replace: `order by r.next_claim_at
      limit $3::int
      for update of r`,
     tests: ['test/sweep/maintenance.test.ts'],
@@ -1790,10 +1884,10 @@ export const mutants: Mutant[] = [
     file: CONCURRENCY,
     statement: 'flow_control_purge_idle',
     guard: 'skip locked: a start line a fenced start holds is left alone',
-    find: `where r.next_start_at < clock.now - make_interval(secs => $2::int)
+    find: `order by r.next_start_at
      limit $3::int
      for update of r skip locked`,
-    replace: `where r.next_start_at < clock.now - make_interval(secs => $2::int)
+    replace: `order by r.next_start_at
      limit $3::int
      for update of r`,
     tests: ['test/sweep/maintenance.test.ts'],

@@ -197,11 +197,17 @@ export async function purgeFinishedTasks(
   return { purged: r?.n ?? 0, keys: (r?.keys ?? []).map((key, i) => ({ tenant: r!.key_tenants[i]!, key })) };
 }
 
+/**
+ * Forgets a batch of spent keys older than their retention, oldest first.
+ * purge_reads_by_age (migration 0029): by the index on spent_at, bounded by
+ * it, so a purge that finds none old enough reads none of the keys kept.
+ */
 const spentKeysPurge = sql(
   'spent_idempotency_keys_purge',
   `with doomed as (
      select tenant, idempotency_key from spent_idempotency_keys
      where spent_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)
+     order by spent_at
      limit $3::int
    )
    delete from spent_idempotency_keys s using doomed d
