@@ -15,7 +15,12 @@
 -- spent_at is written once, with the row. A line moves at each claim or
 -- start of its key, which now writes an index entry per key per statement
 -- (not per task: a claim or start updates each key's row once); those
--- updates were HOT before.
-create index spent_idempotency_keys_spent_at_idx on spent_idempotency_keys (spent_at);
-create index rate_limits_next_claim_at_idx on rate_limits (next_claim_at);
-create index rate_start_lines_next_start_at_idx on rate_start_lines (next_start_at);
+-- updates were HOT before; the rated drain measured no change.
+--
+-- `if not exists`: on a large table, build them first by hand with
+-- `create index concurrently` under these names (writes go on meanwhile);
+-- the migration then keeps them (check they are valid: a failed concurrent
+-- build leaves an invalid index to drop).
+create index if not exists spent_idempotency_keys_spent_at_idx on spent_idempotency_keys (spent_at);
+create index if not exists rate_limits_next_claim_at_idx on rate_limits (next_claim_at);
+create index if not exists rate_start_lines_next_start_at_idx on rate_start_lines (next_start_at);

@@ -218,8 +218,10 @@ describe('migrate', () => {
     await db.close();
   });
 
-  it('0029 (spent keys and rate lines by age) indexes the rows already there: the purges take the old ones alone', async () => {
+  it('0029 (spent keys and rate lines by age) indexes the rows already there, keeps an index built by hand first, and the purges take the old ones alone', async () => {
     const { db, migrations } = await dbBefore('0029_');
+    // As the README says to do on a large table: built concurrently, then migrated.
+    await db.query(`create index concurrently spent_idempotency_keys_spent_at_idx on spent_idempotency_keys (spent_at)`);
     for (const [age, keys] of [['10 days', ['old-1', 'old-2']], ['1 hour', ['young']]] as const) {
       for (const key of keys) {
         await db.query(
@@ -233,6 +235,12 @@ describe('migrate', () => {
       }
     }
     await migrate(db, migrations);
+    expect(
+      await db.query(`select c.relname as index from pg_index i join pg_class c on c.oid = i.indexrelid
+                      where i.indisvalid and c.relname in
+                        ('spent_idempotency_keys_spent_at_idx', 'rate_limits_next_claim_at_idx', 'rate_start_lines_next_start_at_idx')
+                      order by 1`),
+    ).toEqual([{ index: 'rate_limits_next_claim_at_idx' }, { index: 'rate_start_lines_next_start_at_idx' }, { index: 'spent_idempotency_keys_spent_at_idx' }]);
     const week = 7 * 86_400;
     expect(await purgeSpentKeys(db, { retentionSeconds: week, limit: 100 })).toBe(2);
     expect(await purgeIdleFlowControl(db, { retentionSeconds: week, limit: 100, keys: [] })).toEqual({ slots: 0, rates: 2 });
