@@ -572,7 +572,7 @@ export const mutants: Mutant[] = [
     file: TENANTS,
     statement: 'queues_stats_for_tenant',
     guard: 'finished counts cover the window, never the history (tasks_finished_idx range)',
-    find: `and t.finished_at > clock.now - make_interval(secs => $3::int)`,
+    find: `and t.finished_at > (select now from clock) - make_interval(secs => $3::int)`,
     replace: `and $3::int is not null`,
     tests: ['test/http/dashboard-api.test.ts'],
   },
@@ -581,7 +581,7 @@ export const mutants: Mutant[] = [
     file: TENANTS,
     statement: 'queues_stats_for_tenant',
     guard: 'finished counts stop at now (a clock set back)',
-    find: `and t.finished_at <= clock.now
+    find: `and t.finished_at <= (select now from clock)
        and t.tenant = $2::text`,
     replace: `and true
        and t.tenant = $2::text`,
@@ -1652,6 +1652,21 @@ export const mutants: Mutant[] = [
     find: `     order by spent_at
      limit $3::int`,
     replace: `     limit $3::int`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'counts-window-bound-in-index',
+    file: TENANTS,
+    statement: 'queues_stats_for_tenant',
+    guard: "counts_window_bound_in_index: the finished window's ends are the clock's value, the retention index's condition",
+    find: `     from tasks t
+     where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
+       and t.finished_at > (select now from clock) - make_interval(secs => $3::int)
+       and t.finished_at <= (select now from clock)`,
+    replace: `     from tasks t cross join clock
+     where t.status in ('succeeded', 'dead', 'cancelled', 'missed')
+       and t.finished_at > clock.now - make_interval(secs => $3::int)
+       and t.finished_at <= clock.now`,
     tests: ['test/tasks/plans.test.ts'],
   },
   {
