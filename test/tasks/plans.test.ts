@@ -12,89 +12,26 @@
 // describe the table.
 import { randomUUID } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { Db, Queryable, Sql } from '../../src/db/seam.ts';
+import type { Db, Queryable } from '../../src/db/seam.ts';
 import { probeDueWork } from '../../src/db/sql/dispatchers.ts';
 import { promoteDueTasks, purgeFinishedTasks, purgeSpentKeys } from '../../src/db/sql/tasks-maintenance.ts';
-import { markDispatched } from '../../src/db/sql/tasks-dispatch.ts';
+import { markDispatched, wakeParkedTasks } from '../../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { queueStats } from '../../src/db/sql/tenants.ts';
-import { lockDueSchedules } from '../../src/db/sql/schedules.ts';
+import { cancelPendingOccurrences, lockDueSchedules, pauseScheduleWithdrawOccurrences } from '../../src/db/sql/schedules.ts';
 import { lockIdleSlots, purgeIdleFlowControl } from '../../src/db/sql/concurrency.ts';
 import { finishedPerMinute, readMetricsSnapshot } from '../../src/db/sql/stats.ts';
 import { listTasks } from '../../src/db/sql/tasks-read.ts';
 import { cancelMatchingTasks } from '../../src/db/sql/bulkCancel.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { createHarness } from '../helpers/harness.ts';
+import { explainAsRun, expectReadsAtMost, rowsRead, type PlanNode } from '../helpers/plans.ts';
 
 const t = useTestDatabase();
 
-interface PlanNode {
-  'Node Type': string;
-  'CTE Name'?: string;
-  'Relation Name'?: string;
-  'Index Name'?: string;
-  'Actual Rows': number;
-  'Actual Loops': number;
-  'Rows Removed by Filter'?: number;
-  Plans?: PlanNode[];
-}
-
-const nodesOf = (node: PlanNode): PlanNode[] => [node, ...(node.Plans ?? []).flatMap(nodesOf)];
-
-/** Rows a scan read: those it returned and those its filter removed, over all its loops. */
-const rowsRead = (n: PlanNode) => (n['Actual Rows'] + (n['Rows Removed by Filter'] ?? 0)) * n['Actual Loops'];
-
-/** No scan of `scans` reads more than `bound` rows. */
-function expectReadsAtMost(scans: PlanNode[], bound: number, label: string) {
-  for (const n of scans) {
-    expect(rowsRead(n), `${label}: rows read by ${n['Node Type']} on ${n['Index Name'] ?? n['Relation Name']}`).toBeLessThanOrEqual(bound);
-  }
-}
-
-class Rollback extends Error {}
-
-let probes = 0;
-
-/**
- * Runs `write` with its one statement explained, not run: prepared under a
- * name of its own, executed under a generic plan (or, with `custom`, one
- * planned for its values) with EXPLAIN ANALYZE (the values as literals:
- * EXECUTE takes no bind parameters), rolled back. Returns every node of the
- * plan as executed.
- */
-async function planOf(write: (q: Queryable) => Promise<unknown>, plan: 'generic' | 'custom' = 'generic'): Promise<PlanNode[]> {
-  let nodes: PlanNode[] = [];
-  const name = `plan_probe_${++probes}`;
-  try {
-    await t.db.transaction(async (tx) => {
-      const explaining: Queryable = {
-        query: (async (s: Sql | string, values: readonly unknown[] = []) => {
-          await tx.query(`prepare ${name} as ${typeof s === 'string' ? s : s.text}`);
-          const [probe] = await tx.query<{ types: string[] }>(
-            `select parameter_types::text[] as types from pg_prepared_statements where name = $1`,
-            [name],
-          );
-          const args: string[] = [];
-          for (const [i, type] of probe!.types.entries()) {
-            const [quoted] = await tx.query<{ literal: string }>(`select quote_nullable($1::${type}) as literal`, [values[i]]);
-            args.push(`${quoted!.literal}::${type}`);
-          }
-          await tx.query(`set local plan_cache_mode = force_${plan}_plan`);
-          const rows = await tx.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(
-            `explain (analyze, format json) execute ${name}(${args.join(', ')})`,
-          );
-          nodes = nodesOf(rows[0]!['QUERY PLAN'][0].Plan);
-          await tx.query(`deallocate ${name}`);
-          throw new Rollback();
-        }) as Queryable['query'],
-      };
-      await write(explaining);
-    });
-  } catch (error) {
-    if (!(error instanceof Rollback)) throw error;
-  }
-  return nodes;
-}
+/** The nodes of `write`'s one statement as run, generic unless said (helpers/plans.ts). */
+const planOf = async (write: (q: Queryable) => Promise<unknown>, plan: 'generic' | 'custom' = 'generic'): Promise<PlanNode[]> =>
+  (await explainAsRun(t.db, write, plan)).nodes;
 
 const BATCH = 100;
 const RUNNING = 300;
@@ -434,6 +371,55 @@ describe("the materialization's busy check beside a long history of occurrences"
   });
 });
 
+// occurrences_by_live_index (schedules.ts): a schedule's pause and its
+// delete read its not-started occurrences from the live occurrences' index;
+// by the occurrence key they read the schedule's whole history.
+describe("a schedule's pause and delete beside its long history", () => {
+  it('read only its live occurrences, generic and custom, and withdraw or cancel them', async () => {
+    await resetTables(t.db);
+    await t.db.query(`delete from schedules`);
+    await t.db.query(
+      `insert into schedules (tenant, name, kind, interval_seconds, timezone, task, payload, queue, max_attempts, options,
+                              misfire, misfire_grace_seconds, catch_up_limit, overlap, enabled, next_run_at)
+       values ('acme', 'every-minute', 'interval', 60, 'UTC', 'noop', '{}', 'default', 5, '{}', 'run_once', 60, 10, 'allow', true, $1::timestamptz)`,
+      [at(86_400)],
+    );
+    // A day of finished occurrences, then one due and one planned ahead,
+    // beside a backlog of other work waiting (what makes the status indexes
+    // look dearer than the occurrence key).
+    await t.db.query(
+      `insert into tasks (tenant, task, status, run_at, finished_at, schedule_id, scheduled_for)
+       select 'acme', 'noop', 'succeeded', o.at, o.at, s.id, o.at
+       from schedules s, lateral (select $1::timestamptz + i * interval '1 minute' as at from generate_series(0, 1438) i) o`,
+      [T0],
+    );
+    await t.db.query(
+      `insert into tasks (tenant, task, status, run_at, vtime)
+       select 'beta', 'noop', 'queued', $1::timestamptz, i from generate_series(1, 5000) i`,
+      [T0],
+    );
+    await t.db.query(
+      `insert into tasks (tenant, task, status, run_at, schedule_id, scheduled_for)
+       select 'acme', 'noop', 'scheduled', o.at, s.id, o.at
+       from schedules s, (values ($1::timestamptz), ($2::timestamptz)) o(at)`,
+      [at(86_340), at(86_460)],
+    );
+    await t.db.query('analyze tasks');
+    const now = at(86_400);
+    for (const plan of ['generic', 'custom'] as const) {
+      for (const [name, write] of [
+        ['pause', (q: Queryable) => pauseScheduleWithdrawOccurrences(q, { now, tenant: 'acme', name: 'every-minute' })],
+        ['delete', (q: Queryable) => cancelPendingOccurrences(q, { now, tenant: 'acme', name: 'every-minute' })],
+      ] as const) {
+        const scans = (await planOf(write, plan)).filter((n) => n['Relation Name'] === 'tasks' && n['Index Name'] !== 'tasks_pkey');
+        expect(scans.length, `${plan} ${name}: the reads of occurrences`).toBeGreaterThan(0);
+        expectReadsAtMost(scans, 2, `${plan} ${name}`);
+      }
+    }
+    expect(await pauseScheduleWithdrawOccurrences(t.db, { now, tenant: 'acme', name: 'every-minute' })).toMatchObject({ withdrawn: 1, cancelled: 1 });
+  });
+});
+
 // idle_slots_from_candidates (concurrency.ts): the purge of idle keys asks
 // only about the keys whose tasks the sweep just deleted, not about every
 // key (one per user, say) each busy sweep.
@@ -459,6 +445,73 @@ describe('the purge of idle concurrency keys beside many keys in use', () => {
       expectReadsAtMost(scans, 2, plan);
     }
     expect(await lockIdleSlots(t.db, { limit: 500, keys })).toEqual([{ tenant: 'acme', key: 'user-1' }]);
+  });
+});
+
+// purge_by_ids (tasks-maintenance.ts): the purge deletes a batch of tasks,
+// their attempts and old dispatch marks beside far more of each it keeps;
+// a generic plan (planned for a batch of any size) must not read the kept.
+describe('the purge of a few old tasks beside a long history of attempts and marks', () => {
+  it('reads only the rows it deletes, generic and custom', async () => {
+    await resetTables(t.db);
+    await t.db.query('truncate dispatch_marks');
+    const RETENTION = 7 * 86_400;
+    await t.db.query(
+      `with finished as (
+         insert into tasks (tenant, task, status, run_at, finished_at, attempts)
+         select 'acme', 'noop', 'succeeded', f.at, f.at, 1
+         from generate_series(1, 2003) i,
+              lateral (select case when i <= 3 then $1::timestamptz - interval '8 days' else $1::timestamptz end as at) f
+         returning id, finished_at)
+       , attempts as (
+         insert into task_attempts (task_id, attempt, epoch, outcome, started_at, finished_at)
+         select id, 1, 1, 'succeeded', finished_at, finished_at from finished)
+       insert into dispatch_marks (claim_token, dispatched_at) select gen_random_uuid(), finished_at from finished`,
+      [T0],
+    );
+    for (const table of ['tasks', 'task_attempts', 'dispatch_marks']) await t.db.query(`analyze ${table}`);
+    const purge = (q: Queryable) => purgeFinishedTasks(q, { now: T0, retentionSeconds: RETENTION, limit: 500, markRetentionSeconds: 3_600 });
+    for (const plan of ['generic', 'custom'] as const) {
+      const scans = (await planOf(purge, plan)).filter((n) => ['tasks', 'task_attempts', 'dispatch_marks'].includes(n['Relation Name'] ?? ''));
+      expect(scans.length, `${plan}: the scans`).toBeGreaterThanOrEqual(4);
+      expectReadsAtMost(scans, 3, plan);
+    }
+    expect((await purgeFinishedTasks(t.db, { now: T0, retentionSeconds: RETENTION, limit: 500, markRetentionSeconds: 3_600 })).purged).toBe(3);
+    expect(
+      await t.db.query(`select (select count(*)::int from task_attempts) as attempts, (select count(*)::int from dispatch_marks) as marks`),
+    ).toEqual([{ attempts: 2_000, marks: 2_000 }]);
+  });
+});
+
+// wake_skips_parked_keys (tasks-dispatch.ts): the sweep's safety net of the
+// wake-ups runs every sweep with work; a saturated key's parked backlog must
+// not cost it a read per task.
+describe("the sweep's wake of parked tasks beside a saturated key's parked backlog", () => {
+  it('reads a row per key with parked tasks, generic and custom, and wakes only where there is room', async () => {
+    await resetTables(t.db);
+    await t.db.query(
+      `insert into concurrency_slots (tenant, key, max_running, running)
+       values ('acme', 'busy', 1, 1), ('acme', 'roomy', 2, 0), ('beta', 'busy', 1, 1)`,
+    );
+    await t.db.query(
+      `insert into tasks (tenant, task, status, run_at, vtime, parked, concurrency_key, concurrency_limit)
+       select k.tenant, 'noop', 'queued', $1::timestamptz, i, true, k.key, k.max_running
+       from generate_series(1, 2000) i cross join concurrency_slots k where k.key = 'busy'
+       union all
+       select 'acme', 'noop', 'queued', $1::timestamptz, 3000, true, 'roomy', 2`,
+      [T0],
+    );
+    await t.db.query('analyze tasks');
+    await t.db.query('analyze concurrency_slots');
+    for (const plan of ['generic', 'custom'] as const) {
+      const nodes = await planOf((q) => wakeParkedTasks(q, { keys: 500 }), plan);
+      const parked = nodes.filter((n) => n['Relation Name'] === 'tasks' && n['Index Name'] !== 'tasks_pkey');
+      expect(parked.length, `${plan}: the reads of parked tasks`).toBeGreaterThan(0);
+      // Three keys: at most a probe of each, and the one woken task.
+      expect(parked.reduce((sum, n) => sum + rowsRead(n), 0), `${plan}: parked rows read`).toBeLessThanOrEqual(10);
+    }
+    expect(await wakeParkedTasks(t.db, { keys: 500 })).toBe(1);
+    expect(await t.db.query(`select concurrency_key as key from tasks where not parked`)).toEqual([{ key: 'roomy' }]);
   });
 });
 
@@ -518,9 +571,17 @@ describe("the probe and the purge beside many spent keys, dispatch marks and rat
       expect(new Set(purged.map((n) => n['Relation Name'])), `${plan}: the purges`).toEqual(new Set(['rate_limits', 'rate_start_lines', 'spent_idempotency_keys']));
       expectReadsAtMost(purged, 1, `${plan}: the purges`);
     }
-    // Three of each past the retention: found, and purged alone, oldest first.
+    // Three of each past the retention: found, and purged alone, oldest first,
+    // by their keys (purge_by_ids: a generic plan joined them to a seq scan).
     await fill(N + 1, 3, at(-RETENTION - 60));
     expect(await probe(t.db, now)).toBe(true);
+    for (const plan of ['generic', 'custom'] as const) {
+      const purged = [
+        ...scansOf(await planOf((q) => purgeSpentKeys(q, { now, retentionSeconds: RETENTION, limit: 500 }), plan)),
+        ...scansOf(await planOf((q) => purgeIdleFlowControl(inOneTransaction(q), { now, retentionSeconds: RETENTION, limit: 500, keys: [] }), plan)),
+      ];
+      expectReadsAtMost(purged, 3, `${plan}: the purges of three`);
+    }
     expect(await purges(t.db, now)).toEqual([3, { slots: 0, rates: 3 }]);
     expect(await t.db.query(`select (select count(*)::int from spent_idempotency_keys) as spent, (select count(*)::int from rate_limits) as claims,
                                     (select count(*)::int from rate_start_lines) as starts`)).toEqual([{ spent: N, claims: N, starts: N }]);

@@ -186,27 +186,28 @@ const flowControlPurgeIdle = sql(
      where f.id = x.id
    ),
    idle_rates as (
-     select r.tenant, r.key from rate_limits r
+     select r.ctid as tid from rate_limits r
      where r.next_claim_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)
      order by r.next_claim_at
      limit $3::int
      for update of r skip locked
    ),
+   -- purge_by_ids: by the locked rows' addresses (joined on the key, a
+   -- generic plan hashed a seq scan of every line kept). A row is locked
+   -- here, so it cannot move before the delete.
    rates_purged as (
-     delete from rate_limits l using idle_rates i
-     where l.tenant = i.tenant and l.key = i.key
+     delete from rate_limits l where l.ctid = any(array(select i.tid from idle_rates i))
      returning 1
    ),
    idle_start_lines as (
-     select r.tenant, r.key from rate_start_lines r
+     select r.ctid as tid from rate_start_lines r
      where r.next_start_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::int)
      order by r.next_start_at
      limit $3::int
      for update of r skip locked
    ),
    start_lines_purged as (
-     delete from rate_start_lines l using idle_start_lines i
-     where l.tenant = i.tenant and l.key = i.key
+     delete from rate_start_lines l where l.ctid = any(array(select i.tid from idle_start_lines i))
    )
    select (select count(*)::int from slots_purged) as slots, (select count(*)::int from rates_purged) as rates`,
 );

@@ -464,10 +464,8 @@ export const mutants: Mutant[] = [
     file: TASK_READS,
     statement: 'tasks_list_for_tenant',
     guard: 'the tenant filter',
-    find: `and tenant = $1::text
-       and ($3::text[] is null or $3::text[] && array`,
-    replace: `and $1::text is not null
-       and ($3::text[] is null or $3::text[] && array`,
+    find: `const tenantIs = statuses.includes('running') ? 'tenant = $1::text' : 'tenant = any(array[$1::text])';`,
+    replace: `const tenantIs = '$1::text is not null';`,
     tests: ['test/tenants/isolation.test.ts'],
   },
   {
@@ -499,15 +497,46 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/plans.test.ts'],
   },
   {
+    id: 'list-tenant-as-array',
+    file: TASK_READS,
+    statement: 'tasks_list_for_tenant',
+    guard: 'list_in_tenant_order: the waiting and finished arms compare the tenant as an array',
+    find: `'tenant = $1::text' : 'tenant = any(array[$1::text])'`,
+    replace: `'tenant = $1::text' : 'tenant = $1::text'`,
+    tests: ['test/tasks/list-plans.test.ts'],
+  },
+  {
+    id: 'list-merge-in-tenant-order',
+    file: TASK_READS,
+    statement: 'tasks_list_for_tenant',
+    guard: 'list_in_tenant_order: the merge is ordered by tenant, id',
+    find: `   ) t
+   order by tenant desc, id desc
+   limit $8::int\`,`,
+    replace: `   ) t
+   order by id desc
+   limit $8::int\`,`,
+    tests: ['test/tasks/list-plans.test.ts'],
+  },
+  {
+    id: 'list-status-by-column',
+    file: TASK_READS,
+    statement: 'tasks_list_for_tenant',
+    guard: 'list_status_by_column: an arm without running tasks compares the stored status',
+    find: `const statusIs = statuses.includes('running') ? shownStatusSql() : 'status';`,
+    replace: `const statusIs = shownStatusSql();`,
+    tests: ['test/tasks/list-plans.test.ts'],
+  },
+  {
     id: 'list-page-size',
     file: TASK_READS,
     statement: 'tasks_list_for_tenant',
     guard: 'the merged arms stop at one page',
     find: `   ) t
-   order by id desc
+   order by tenant desc, id desc
    limit $8::int\`,`,
     replace: `   ) t
-   order by id desc
+   order by tenant desc, id desc
    limit $8::int * 3\`,`,
     tests: ['test/tasks/plans.test.ts'],
   },
@@ -628,9 +657,9 @@ export const mutants: Mutant[] = [
     file: SCHEDULES,
     statement: 'schedules_cancel_pending_occurrences',
     guard: 'the tenant filter',
-    find: `where s.tenant = $2::text and s.name = $3::text and \${NOT_STARTED}
+    find: `where s.tenant = $2::text and s.name = $3::text and \${LIVE} and \${NOT_STARTED}
      for update of t`,
-    replace: `where $2::text is not null and s.name = $3::text and \${NOT_STARTED}
+    replace: `where $2::text is not null and s.name = $3::text and \${LIVE} and \${NOT_STARTED}
      for update of t`,
     tests: ['test/tenants/isolation.test.ts'],
   },
@@ -639,9 +668,9 @@ export const mutants: Mutant[] = [
     file: SCHEDULES,
     statement: 'schedules_cancel_pending_occurrences',
     guard: 'started_at is null (a running occurrence is left to finish)',
-    find: `and s.name = $3::text and \${NOT_STARTED}
+    find: `and s.name = $3::text and \${LIVE} and \${NOT_STARTED}
      for update of t`,
-    replace: `and s.name = $3::text and t.status in ('scheduled', 'queued', 'running')
+    replace: `and s.name = $3::text and \${LIVE}
      for update of t`,
     tests: ['test/schedules/api.test.ts'],
   },
@@ -807,8 +836,8 @@ export const mutants: Mutant[] = [
     file: MAINTENANCE,
     statement: 'tasks_purge_finished (attempts_purged)',
     guard: "retention deletes the deleted tasks' attempts, only theirs",
-    find: `delete from task_attempts a using deleted where a.task_id = deleted.id`,
-    replace: `delete from task_attempts a using deleted where deleted.id is not null`,
+    find: `delete from task_attempts a where a.task_id = any(array(select deleted.id from deleted))`,
+    replace: `delete from task_attempts a where exists (select 1 from deleted)`,
     tests: ['test/tasks/attempts.test.ts'],
   },
   {
@@ -1173,7 +1202,7 @@ export const mutants: Mutant[] = [
     file: SCHEDULES,
     statement: 'schedules_pause_withdraw_occurrences',
     guard: 'withdraw_if_not_started: planned occurrences are taken back',
-    find: `where t.schedule_id = target.id and t.scheduled_for > clock.now and \${NOT_STARTED}`,
+    find: `where t.schedule_id = target.id and t.scheduled_for > clock.now and \${LIVE} and \${NOT_STARTED}`,
     replace: `where t.schedule_id = target.id and t.scheduled_for > clock.now and false`,
     tests: ['test/tasks/lookahead.test.ts'],
   },
@@ -1182,7 +1211,7 @@ export const mutants: Mutant[] = [
     file: SCHEDULES,
     statement: 'schedules_pause_withdraw_occurrences',
     guard: 'cancel_if_not_started: due occurrences are cancelled',
-    find: `where t.schedule_id = target.id and t.scheduled_for <= clock.now and \${NOT_STARTED}`,
+    find: `where t.schedule_id = target.id and t.scheduled_for <= clock.now and \${LIVE} and \${NOT_STARTED}`,
     replace: `where t.schedule_id = target.id and t.scheduled_for <= clock.now and false`,
     tests: ['test/tasks/lookahead.test.ts'],
   },
@@ -1191,8 +1220,8 @@ export const mutants: Mutant[] = [
     file: SCHEDULES,
     statement: 'schedules_pause_withdraw_occurrences',
     guard: 'cancel_if_not_started: started_at is null (a running handler finishes)',
-    find: `where t.schedule_id = target.id and t.scheduled_for <= clock.now and \${NOT_STARTED}`,
-    replace: `where t.schedule_id = target.id and t.scheduled_for <= clock.now and t.status in ('scheduled', 'queued', 'running')`,
+    find: `where t.schedule_id = target.id and t.scheduled_for <= clock.now and \${LIVE} and \${NOT_STARTED}`,
+    replace: `where t.schedule_id = target.id and t.scheduled_for <= clock.now and \${LIVE}`,
     tests: ['test/tasks/lookahead.test.ts'],
   },
   {
@@ -1982,6 +2011,155 @@ export const mutants: Mutant[] = [
     find: `freed as (select tenant, key, sum(n)::int as n from freed_rows group by tenant, key),`,
     replace: `freed as (select tenant, key, 0 as n from freed_rows group by tenant, key),`,
     tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'pause-occurrences-by-live-index',
+    file: SCHEDULES,
+    statement: 'schedules_pause_withdraw_occurrences',
+    guard: 'occurrences_by_live_index: the not-started occurrences are read from the live occurrences\' index',
+    find: `where t.schedule_id = target.id and t.scheduled_for > clock.now and \${LIVE} and \${NOT_STARTED}`,
+    replace: `where t.schedule_id = target.id and t.scheduled_for > clock.now and \${NOT_STARTED}`,
+    also: [
+      {
+        file: SCHEDULES,
+        find: `where t.schedule_id = target.id and t.scheduled_for <= clock.now and \${LIVE} and \${NOT_STARTED}`,
+        replace: `where t.schedule_id = target.id and t.scheduled_for <= clock.now and \${NOT_STARTED}`,
+      },
+    ],
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'pause-cancels-by-id',
+    file: SCHEDULES,
+    statement: 'schedules_pause_withdraw_occurrences',
+    guard: 'occurrences_by_live_index: the due occurrences are cancelled by id',
+    find: `     from clock
+     where t.id = any(array(select due.id from due))`,
+    replace: `     from due, clock
+     where t.id = due.id`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'delete-occurrences-by-live-index',
+    file: SCHEDULES,
+    statement: 'schedules_cancel_pending_occurrences',
+    guard: 'occurrences_by_live_index: the not-started occurrences are read from the live occurrences\' index',
+    find: `where s.tenant = $2::text and s.name = $3::text and \${LIVE} and \${NOT_STARTED}`,
+    replace: `where s.tenant = $2::text and s.name = $3::text and \${NOT_STARTED}`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'purge-tasks-by-ids',
+    file: MAINTENANCE,
+    statement: 'tasks_purge_finished',
+    guard: 'purge_by_ids: the doomed tasks are deleted by id',
+    find: `delete from tasks t where t.id = any(array(select doomed.id from doomed))`,
+    replace: `delete from tasks t using doomed where t.id = doomed.id`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'purge-attempts-by-ids',
+    file: MAINTENANCE,
+    statement: 'tasks_purge_finished (attempts_purged)',
+    guard: "purge_by_ids: the deleted tasks' attempts are deleted by task id",
+    find: `delete from task_attempts a where a.task_id = any(array(select deleted.id from deleted))`,
+    replace: `delete from task_attempts a using deleted where a.task_id = deleted.id`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'purge-marks-by-ids',
+    file: MAINTENANCE,
+    statement: 'tasks_purge_finished (marks_purged)',
+    guard: 'purge_by_ids: the old marks are deleted by claim token',
+    find: `delete from dispatch_marks m where m.claim_token = any(array(`,
+    replace: `delete from dispatch_marks m where m.claim_token in (select o.claim_token from (`,
+    also: [
+      {
+        file: MAINTENANCE,
+        find: `       limit $3::int))
+   ),
+   kept as`,
+        replace: `       limit $3::int) o)
+   ),
+   kept as`,
+      },
+    ],
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'purge-spent-keys-by-address',
+    file: MAINTENANCE,
+    statement: 'spent_idempotency_keys_purge',
+    guard: 'purge_by_ids: the old spent keys are deleted by row address',
+    find: `   where s.ctid = any(array(
+     select ctid from spent_idempotency_keys`,
+    replace: `   where (s.tenant, s.idempotency_key) in (select * from (
+     select tenant, idempotency_key from spent_idempotency_keys`,
+    also: [
+      {
+        file: MAINTENANCE,
+        find: `     limit $3::int))
+   returning 1`,
+        replace: `     limit $3::int) o)
+   returning 1`,
+      },
+    ],
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'purge-lines-by-address',
+    file: CONCURRENCY,
+    statement: 'flow_control_purge_idle',
+    guard: 'purge_by_ids: the idle lines are deleted by the locked rows\' addresses',
+    find: `     select r.ctid as tid from rate_limits r`,
+    replace: `     select r.tenant, r.key from rate_limits r`,
+    also: [
+      {
+        file: CONCURRENCY,
+        find: `delete from rate_limits l where l.ctid = any(array(select i.tid from idle_rates i))`,
+        replace: `delete from rate_limits l using idle_rates i where l.tenant = i.tenant and l.key = i.key`,
+      },
+      {
+        file: CONCURRENCY,
+        find: `     select r.ctid as tid from rate_start_lines r`,
+        replace: `     select r.tenant, r.key from rate_start_lines r`,
+      },
+      {
+        file: CONCURRENCY,
+        find: `delete from rate_start_lines l where l.ctid = any(array(select i.tid from idle_start_lines i))`,
+        replace: `delete from rate_start_lines l using idle_start_lines i where l.tenant = i.tenant and l.key = i.key`,
+      },
+    ],
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'wake-skips-parked-keys',
+    file: DISPATCH,
+    statement: 'tasks_wake_parked',
+    guard: 'wake_skips_parked_keys: the keys with parked tasks come from a skip scan, one probe per key',
+    find: `parked_keys as (
+     (select p.tenant, p.concurrency_key as key from tasks p
+      where p.status = 'queued' and p.parked
+      order by p.tenant, p.concurrency_key limit 1)
+     union all
+     select n.tenant, n.key from parked_keys k cross join lateral (
+       select p.tenant, p.concurrency_key as key from tasks p
+       where p.status = 'queued' and p.parked and (p.tenant, p.concurrency_key) > (k.tenant, k.key)
+       order by p.tenant, p.concurrency_key limit 1) n
+   ),`,
+    replace: `parked_keys as (
+     select distinct p.tenant, p.concurrency_key as key from tasks p where p.status = 'queued' and p.parked
+   ),`,
+    tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'wake-updates-by-id',
+    file: DISPATCH,
+    statement: 'tasks_wake_parked',
+    guard: 'wake_skips_parked_keys: the woken tasks are updated by id',
+    find: `update tasks t set parked = false where t.id = any(array(select w.id from woken w))`,
+    replace: `update tasks t set parked = false from woken w where t.id = w.id`,
+    tests: ['test/tasks/plans.test.ts'],
   },
   {
     id: 'wake-parked-frees',

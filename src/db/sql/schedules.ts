@@ -4,7 +4,7 @@ import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from './scheduleRows.ts';
 import { freeSlotsOf } from './concurrency.ts';
-import { countPendingOf, NOT_STARTED } from './tasks-shared.ts';
+import { countPendingOf, LIVE, NOT_STARTED } from './tasks-shared.ts';
 import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
 
 type Now = Date | null | undefined;
@@ -126,8 +126,11 @@ const schedulesPause = sql(
   `with clock as (select coalesce($1::timestamptz, now()) as now),
    target as (select s.id from schedules s where s.tenant = $2::text and s.name = $3::text),
    withdrawn as (
+     -- occurrences_by_live_index: LIVE beside NOT_STARTED, so the live
+     -- occurrences' index answers; by the occurrence key alone, a pause read
+     -- the schedule's whole history (17-29 ms at 10,080 occurrences).
      delete from tasks t using target, clock
-     where t.schedule_id = target.id and t.scheduled_for > clock.now and ${NOT_STARTED}
+     where t.schedule_id = target.id and t.scheduled_for > clock.now and ${LIVE} and ${NOT_STARTED}
      returning t.id, t.scheduled_for, t.status, t.tenant, t.concurrency_key
    ),
    withdrawn_attempts as (
@@ -136,13 +139,14 @@ const schedulesPause = sql(
    -- Locked first, so the status read is the one the cancel replaces.
    due as (
      select t.id, t.status, t.tenant, t.concurrency_key from tasks t, target, clock
-     where t.schedule_id = target.id and t.scheduled_for <= clock.now and ${NOT_STARTED}
+     where t.schedule_id = target.id and t.scheduled_for <= clock.now and ${LIVE} and ${NOT_STARTED}
      for update of t
    ),
    cancelled as (
+     -- By id (joined, a generic plan hashed a seq scan of tasks for a few rows).
      update tasks t set status = 'cancelled', finished_at = clock.now, lease_expires_at = null, updated_at = clock.now
-     from due, clock
-     where t.id = due.id
+     from clock
+     where t.id = any(array(select due.id from due))
      returning t.id, t.tenant
    ),
    -- One write per row of the counts: two inserts of one row in one statement fail.
@@ -223,8 +227,9 @@ const schedulesCancelPending = sql(
   'schedules_cancel_pending_occurrences',
   `with pending as (
      -- Locked first, so the status read is the one the cancel replaces.
+     -- occurrences_by_live_index, as the pause's.
      select t.id, t.status, t.tenant, t.concurrency_key from tasks t join schedules s on t.schedule_id = s.id
-     where s.tenant = $2::text and s.name = $3::text and ${NOT_STARTED}
+     where s.tenant = $2::text and s.name = $3::text and ${LIVE} and ${NOT_STARTED}
      for update of t
    ),
    cancelled as (
@@ -305,8 +310,7 @@ export interface DueSchedule {
 const schedulesLockDue = sql(
   'schedules_lock_due',
   `select ${SCHEDULE_COLUMNS.split(',').map((c) => `s.${c.trim()}`).join(', ')},
-          exists (select 1 from tasks t where t.schedule_id = s.id
-                  and t.status in ('scheduled', 'queued', 'running')) as busy,
+          exists (select 1 from tasks t where t.schedule_id = s.id and ${LIVE}) as busy,
           coalesce($1::timestamptz, now()) as db_now
    from schedules s
    where s.enabled and s.next_run_at is not null

@@ -77,22 +77,32 @@ export interface TaskFilter {
  * `statuses`, newest first, up to $8. The status filter matches the status
  * as shown (a task claimed early but not started is `queued`); an arm
  * whose statuses it cannot show is not read at all (a one-time filter on
- * $3 alone).
+ * $3 alone). The arms with a tenant index name the tenant as an array
+ * (list_in_tenant_order, on tasksListForTenant); the running arm, which has
+ * none, as a plain comparison.
  */
 const listArm = (statuses: readonly string[]) => {
   const list = (xs: readonly string[]) => xs.map((x) => `'${x}'`).join(', ');
   const shown = statuses.flatMap((s) => (s === 'running' ? ['queued', 'running'] : [s]));
+  const tenantIs = statuses.includes('running') ? 'tenant = $1::text' : 'tenant = any(array[$1::text])';
+  // list_status_by_column: but for a running task, the status shown is the
+  // one stored; compared on the column, not the shown status, the planner
+  // reads the column's statistics instead of guessing 0.5%, a guess that
+  // made a big tenant's `succeeded` list a few rows to it: it read every
+  // finished task by tasks_finished_idx and sorted them (30,000 rows for a
+  // page of 50 in test/tasks/list-plans.test.ts).
+  const statusIs = statuses.includes('running') ? shownStatusSql() : 'status';
   return `(select ${TASK_COLUMNS_SHOWN} from tasks
      where status in (${list(statuses)})
-       and tenant = $1::text
+       and ${tenantIs}
        and ($3::text[] is null or $3::text[] && array[${list(shown)}])
        and ($2::text is null or queue = $2::text)
-       and ($3::text[] is null or ${shownStatusSql()} = any($3::text[]))
+       and ($3::text[] is null or ${statusIs} = any($3::text[]))
        and ($4::text is null or task = $4::text)
        and ($5::timestamptz is null or created_at >= $5::timestamptz)
        and ($6::timestamptz is null or created_at < $6::timestamptz)
        and ($7::bigint is null or id < $7::bigint)
-     order by id desc
+     order by tenant desc, id desc
      limit $8::int)`;
 };
 
@@ -105,6 +115,25 @@ const listArm = (statuses: readonly string[]) => {
  * (tasks_pending_tenant_idx backwards) and the running ones
  * (tasks_running_idx backwards: every task in flight, the tenant's kept),
  * each stopping at the page's size.
+ *
+ * list_in_tenant_order: the finished and waiting arms compare the tenant as
+ * `tenant = any(array[$1])` and every arm, and the merge, is ordered by
+ * (tenant, id) desc: the same order, there being one tenant, but one the
+ * primary key cannot give. Compared with `=`, the tenant is a constant to
+ * the planner, `order by id desc` alone is asked for, and a custom plan
+ * (every new Worker connection's) for a big tenant walks tasks_pkey
+ * backwards, taking the tenant's rows as spread evenly over ids; for a
+ * tenant gone quiet, older than everyone else's newer tasks, it reads all
+ * of those (audit, PostgreSQL 15: 322,197 rows removed, 215 ms cold, 37 ms
+ * warm; the generic plan 3.6 ms), and the waiting arm the same for a backlog
+ * older than the others' (test/tasks/list-plans.test.ts, 53,000 tasks:
+ * 40,050-53,000 rows an arm for a page of 50, now 50). `tenant = (select
+ * $1::text)` is no cure: it plans every tenant as the average one, so with
+ * few tenants it still walks the key (and the generic plan of a small
+ * tenant too), with many it reads a big tenant whole by bitmap and sorts it. The merge is in that
+ * order too, so a generic plan, whose estimates are a few rows, still
+ * merges arms that stop at the page rather than reading and sorting the
+ * tenant's history.
  */
 const tasksListForTenant = sql(
   'tasks_list_for_tenant',
@@ -115,7 +144,7 @@ const tasksListForTenant = sql(
      union all
      ${listArm(['running'])}
    ) t
-   order by id desc
+   order by tenant desc, id desc
    limit $8::int`,
 );
 

@@ -44,6 +44,12 @@ export const CLAIMED_NOT_STARTED = `(t.status = 'running' and t.started_at is nu
 export const WAITING = `t.status in ('scheduled', 'queued')`;
 /** Has not started: waiting, or claimed early and not started. Over `t`. */
 export const NOT_STARTED = `(${WAITING} or ${CLAIMED_NOT_STARTED})`;
+/**
+ * Live: waiting or running. Over `t`. With a schedule named, the predicate
+ * of tasks_live_occurrences_idx (migration 0028); NOT_STARTED's `or` does
+ * not imply it, so a read of a schedule's not-started occurrences says both.
+ */
+export const LIVE = `t.status in ('scheduled', 'queued', 'running')`;
 
 /**
  * Keeps the tenants' pending counts (migration 0021; maxPendingTasks reads
