@@ -75,15 +75,14 @@ describe("a big tenant's task list, its tasks older than the others' many newer 
   });
 
   it('reads no more than a page of tasks, generic and custom', async () => {
-    // [label, read, pages read]: the generic plan filters on the cursor
-    // instead of starting at it, so it reads the pages above it too (the
-    // tenant's own rows, from its index).
+    // [label, read, pages read]: a page reads itself alone, however deep
+    // (cursor_in_index: the cursor starts the scan, generic plans included).
     const reads: [string, (q: Queryable) => Promise<unknown>, number][] = [
       ['quiet, first page', (q) => listTasks(q, 'quiet', { limit: PAGE }), 1],
-      ['quiet, second page', (q) => listTasks(q, 'quiet', { limit: PAGE, beforeId: newest.quiet[PAGE - 1] }), 2],
+      ['quiet, second page', (q) => listTasks(q, 'quiet', { limit: PAGE, beforeId: newest.quiet[PAGE - 1] }), 1],
       ['quiet, succeeded', (q) => listTasks(q, 'quiet', { limit: PAGE, statuses: ['succeeded'] }), 1],
       ['backlog, first page', (q) => listTasks(q, 'backlog', { limit: PAGE }), 1],
-      ['backlog, second page', (q) => listTasks(q, 'backlog', { limit: PAGE, beforeId: newest.backlog[PAGE - 1] }), 2],
+      ['backlog, second page', (q) => listTasks(q, 'backlog', { limit: PAGE, beforeId: newest.backlog[PAGE - 1] }), 1],
       ['backlog, scheduled', (q) => listTasks(q, 'backlog', { limit: PAGE, statuses: ['scheduled'] }), 1],
     ];
     for (const plan of ['custom', 'generic'] as const) {

@@ -528,6 +528,15 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/list-plans.test.ts'],
   },
   {
+    id: 'list-cursor-in-index',
+    file: TASK_READS,
+    statement: 'tasks_list_for_tenant',
+    guard: 'cursor_in_index: the cursor is always a bound, so it starts the scan in a generic plan too',
+    find: `and id < coalesce($7::bigint, 9223372036854775807)`,
+    replace: `and ($7::bigint is null or id < $7::bigint)`,
+    tests: ['test/tasks/list-plans.test.ts'],
+  },
+  {
     id: 'list-page-size',
     file: TASK_READS,
     statement: 'tasks_list_for_tenant',

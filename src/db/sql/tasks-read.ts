@@ -101,7 +101,10 @@ const listArm = (statuses: readonly string[]) => {
        and ($4::text is null or task = $4::text)
        and ($5::timestamptz is null or created_at >= $5::timestamptz)
        and ($6::timestamptz is null or created_at < $6::timestamptz)
-       and ($7::bigint is null or id < $7::bigint)
+       -- cursor_in_index: a bound always (no cursor: past every id), so the
+       -- cursor is the index's condition in a generic plan too; as
+       -- \`$7 is null or id < $7\` it was a filter, and a page read every page above it.
+       and id < coalesce($7::bigint, 9223372036854775807)
      order by tenant desc, id desc
      limit $8::int)`;
 };
