@@ -194,7 +194,10 @@ const flowControlPurgeIdle = sql(
    ),
    -- purge_by_ids: by the locked rows' addresses (joined on the key, a
    -- generic plan hashed a seq scan of every line kept). A row is locked
-   -- here, so it cannot move before the delete.
+   -- here, so it cannot move before the delete. One a claim moved after this
+   -- statement's snapshot is locked at its newest version, whose address the
+   -- delete's snapshot cannot see: it is kept for a later purge, never
+   -- deleted wrongly (seen by hand, PostgreSQL 15).
    rates_purged as (
      delete from rate_limits l where l.ctid = any(array(select i.tid from idle_rates i))
      returning 1
