@@ -332,28 +332,37 @@ describe("the dashboard's and /metrics' windows over a day of history", () => {
   });
 });
 
+/**
+ * `schedules` every-minute schedules of acme (every-minute-1, ...; overlap
+ * skip, next due a day after T0) in emptied tables, each with `minutes`
+ * finished occurrences, one a minute from T0.
+ */
+async function schedulesWithHistory(schedules: number, minutes: number) {
+  await resetTables(t.db);
+  await t.db.query(`delete from schedules`);
+  await t.db.query(
+    `insert into schedules (tenant, name, kind, interval_seconds, timezone, task, payload, queue, max_attempts, options,
+                            misfire, misfire_grace_seconds, catch_up_limit, overlap, enabled, next_run_at)
+     select 'acme', 'every-minute-' || i, 'interval', 60, 'UTC', 'noop', '{}', 'default', 5, '{}', 'run_once', 60, 10,
+            'skip', true, $1::timestamptz
+     from generate_series(1, $2::int) i`,
+    [at(86_400), schedules],
+  );
+  await t.db.query(
+    `insert into tasks (tenant, task, status, run_at, finished_at, schedule_id, scheduled_for)
+     select 'acme', 'noop', 'succeeded', o.at, o.at, s.id, o.at
+     from schedules s, lateral (select $1::timestamptz + i * interval '1 minute' as at from generate_series(0, $2::int - 1) i) o`,
+    [T0, minutes],
+  );
+}
+
 // busy_from_live_occurrences (schedules.ts, migration 0028): whether a due
 // schedule's last run is still live is read from its live occurrences, never
 // from its history (the only other index by schedule holds every occurrence).
 describe("the materialization's busy check beside a long history of occurrences", () => {
   it("reads only the schedules' live occurrences, generic and custom", async () => {
-    await resetTables(t.db);
-    await t.db.query(`delete from schedules`);
-    await t.db.query(
-      `insert into schedules (tenant, name, kind, interval_seconds, timezone, task, payload, queue, max_attempts, options,
-                              misfire, misfire_grace_seconds, catch_up_limit, overlap, enabled, next_run_at)
-       select 'acme', 'every-minute-' || i, 'interval', 60, 'UTC', 'noop', '{}', 'default', 5, '{}', 'run_once', 60, 10,
-              'skip', true, $1::timestamptz
-       from generate_series(1, 10) i`,
-      [at(86_400)],
-    );
-    // A day of finished occurrences for each, and a live one for the first.
-    await t.db.query(
-      `insert into tasks (tenant, task, status, run_at, finished_at, schedule_id, scheduled_for)
-       select 'acme', 'noop', 'succeeded', o.at, o.at, s.id, o.at
-       from schedules s, lateral (select $1::timestamptz + i * interval '1 minute' as at from generate_series(0, 199) i) o`,
-      [T0],
-    );
+    // Finished occurrences for each, and a live one for the first.
+    await schedulesWithHistory(10, 200);
     await t.db.query(
       `insert into tasks (tenant, task, status, run_at, schedule_id, scheduled_for)
        select 'acme', 'noop', 'scheduled', $1::timestamptz, min(id), $1::timestamptz from schedules`,
@@ -376,23 +385,10 @@ describe("the materialization's busy check beside a long history of occurrences"
 // by the occurrence key they read the schedule's whole history.
 describe("a schedule's pause and delete beside its long history", () => {
   it('read only its live occurrences, generic and custom, and withdraw or cancel them', async () => {
-    await resetTables(t.db);
-    await t.db.query(`delete from schedules`);
-    await t.db.query(
-      `insert into schedules (tenant, name, kind, interval_seconds, timezone, task, payload, queue, max_attempts, options,
-                              misfire, misfire_grace_seconds, catch_up_limit, overlap, enabled, next_run_at)
-       values ('acme', 'every-minute', 'interval', 60, 'UTC', 'noop', '{}', 'default', 5, '{}', 'run_once', 60, 10, 'allow', true, $1::timestamptz)`,
-      [at(86_400)],
-    );
     // A day of finished occurrences, then one due and one planned ahead,
     // beside a backlog of other work waiting (what makes the status indexes
     // look dearer than the occurrence key).
-    await t.db.query(
-      `insert into tasks (tenant, task, status, run_at, finished_at, schedule_id, scheduled_for)
-       select 'acme', 'noop', 'succeeded', o.at, o.at, s.id, o.at
-       from schedules s, lateral (select $1::timestamptz + i * interval '1 minute' as at from generate_series(0, 1438) i) o`,
-      [T0],
-    );
+    await schedulesWithHistory(1, 1_439);
     await t.db.query(
       `insert into tasks (tenant, task, status, run_at, vtime)
        select 'beta', 'noop', 'queued', $1::timestamptz, i from generate_series(1, 5000) i`,
@@ -408,15 +404,15 @@ describe("a schedule's pause and delete beside its long history", () => {
     const now = at(86_400);
     for (const plan of ['generic', 'custom'] as const) {
       for (const [name, write] of [
-        ['pause', (q: Queryable) => pauseScheduleWithdrawOccurrences(q, { now, tenant: 'acme', name: 'every-minute' })],
-        ['delete', (q: Queryable) => cancelPendingOccurrences(q, { now, tenant: 'acme', name: 'every-minute' })],
+        ['pause', (q: Queryable) => pauseScheduleWithdrawOccurrences(q, { now, tenant: 'acme', name: 'every-minute-1' })],
+        ['delete', (q: Queryable) => cancelPendingOccurrences(q, { now, tenant: 'acme', name: 'every-minute-1' })],
       ] as const) {
         const scans = (await planOf(write, plan)).filter((n) => n['Relation Name'] === 'tasks' && n['Index Name'] !== 'tasks_pkey');
         expect(scans.length, `${plan} ${name}: the reads of occurrences`).toBeGreaterThan(0);
         expectReadsAtMost(scans, 2, `${plan} ${name}`);
       }
     }
-    expect(await pauseScheduleWithdrawOccurrences(t.db, { now, tenant: 'acme', name: 'every-minute' })).toMatchObject({ withdrawn: 1, cancelled: 1 });
+    expect(await pauseScheduleWithdrawOccurrences(t.db, { now, tenant: 'acme', name: 'every-minute-1' })).toMatchObject({ withdrawn: 1, cancelled: 1 });
   });
 });
 
