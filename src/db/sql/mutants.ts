@@ -506,19 +506,6 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/list-plans.test.ts'],
   },
   {
-    id: 'list-merge-in-tenant-order',
-    file: TASK_READS,
-    statement: 'tasks_list_for_tenant',
-    guard: 'list_in_tenant_order: the merge is ordered by tenant, id',
-    find: `   ) t
-   order by tenant desc, id desc
-   limit $8::int\`,`,
-    replace: `   ) t
-   order by id desc
-   limit $8::int\`,`,
-    tests: ['test/tasks/list-plans.test.ts'],
-  },
-  {
     id: 'list-status-by-column',
     file: TASK_READS,
     statement: 'tasks_list_for_tenant',
