@@ -294,8 +294,7 @@ export async function claimTasks(
  * of tasks_parked_idx, one index probe per key in (tenant, key) order, and
  * each key's slot row by its primary key. Asked of every slot row, the
  * planner hashed every parked task to find them: every sweep with work paid
- * 58-60 ms beside one saturated key with 50,000 parked (PostgreSQL 15), and
- * so did the keyed drain once its key filled.
+ * 58-60 ms beside one saturated key with 50,000 parked (PostgreSQL 15).
  */
 const tasksWakeParked = sql(
   'tasks_wake_parked',
