@@ -5,9 +5,10 @@ import { sql } from '../seam.ts';
 import { freeSlotsOf } from './concurrency.ts';
 import { MATCH_PREDICATES, matchParams, type TaskMatch } from './replay.ts';
 import { CLAIMED_NOT_STARTED, countPendingOf, WAITING, type Now } from './tasks-shared.ts';
+import { LIVE_STATUSES } from './taskRows.ts';
 
 /** Statuses a task may have and still be cancelled (running only while claimed early, not started). */
-export const CANCELLABLE_STATUSES = ['scheduled', 'queued', 'running'] as const;
+export const CANCELLABLE_STATUSES = LIVE_STATUSES;
 
 /**
  * The tenant's matching tasks of one arm of the not-started guard, up to $3

@@ -6,6 +6,8 @@ export const TASK_STATUSES = ['scheduled', 'queued', 'running', 'succeeded', 'de
 export type TaskStatus = (typeof TASK_STATUSES)[number];
 /** The statuses a task never leaves (tasks_finished_idx, tasks_finished_tenant_idx). */
 export const TERMINAL_STATUSES = ['succeeded', 'dead', 'cancelled', 'missed'] as const;
+/** The statuses before those: waiting or running (tasks_live_occurrences_idx, for occurrences). */
+export const LIVE_STATUSES = ['scheduled', 'queued', 'running'] as const;
 
 export const DELIVERIES = ['at_least_once', 'at_most_once'] as const;
 export type Delivery = (typeof DELIVERIES)[number];

@@ -22,7 +22,7 @@
 // predicate matches theirs): 10,100 rows and ~20 ms per 100 with 10,000
 // tasks in flight (`BENCH_RUNNING=10000 npm run bench:explain`). Their pairs
 // come from batchRows, not unnest (below).
-import { TASK_COLUMNS, type TaskStatus } from './taskRows.ts';
+import { LIVE_STATUSES, TASK_COLUMNS, type TaskStatus } from './taskRows.ts';
 
 export type Now = Date | null | undefined;
 export const at = (now: Now) => now ?? null;
@@ -49,7 +49,7 @@ export const NOT_STARTED = `(${WAITING} or ${CLAIMED_NOT_STARTED})`;
  * of tasks_live_occurrences_idx (migration 0028); NOT_STARTED's `or` does
  * not imply it, so a read of a schedule's not-started occurrences says both.
  */
-export const LIVE = `t.status in ('scheduled', 'queued', 'running')`;
+export const LIVE = `t.status in (${LIVE_STATUSES.map((s) => `'${s}'`).join(', ')})`;
 
 /**
  * Keeps the tenants' pending counts (migration 0021; maxPendingTasks reads
