@@ -8,7 +8,7 @@ import { getTask, listTasks } from '../../src/db/sql/tasks-read.ts';
 import { cancelMatchingTasks } from '../../src/db/sql/bulkCancel.ts';
 import { purgeFinishedTasks, purgeSpentKeys, reapExpiredLeases } from '../../src/db/sql/tasks-maintenance.ts';
 import { purgeIdleFlowControl } from '../../src/db/sql/concurrency.ts';
-import { queueStats } from '../../src/db/sql/tenants.ts';
+import { listApiKeys, listKnownTenants, queueStats } from '../../src/db/sql/tenants.ts';
 import type { Db } from '../../src/db/seam.ts';
 import { expectPendingCounted } from '../helpers/invariants.ts';
 import { databaseUrl } from '../setup/global.ts';
@@ -248,6 +248,21 @@ describe('migrate', () => {
       await db.query(`select (select array_agg(idempotency_key) from spent_idempotency_keys) as spent,
                              (select array_agg(key) from rate_limits) as claims, (select array_agg(key) from rate_start_lines) as starts`),
     ).toEqual([{ spent: ['young'], claims: ['young'], starts: ['young'] }]);
+    await db.close();
+  });
+
+  it('0030 (admin reads by tenant) indexes the keys and tenants already there and keeps an index built by hand first', async () => {
+    const { db, migrations } = await dbBefore('0030_');
+    await db.query(`create index concurrently api_keys_tenant_idx on api_keys (tenant, id)`);
+    await db.query(`insert into api_keys (tenant, prefix, key_hash) values ('beta', 'p1', 'h1'), ('alpha', 'p2', 'h2'), ('beta', 'p3', 'h3')`);
+    await db.query(`insert into tenants (queue, tenant) values ('default', 'gamma'), ('mail', 'beta')`);
+    await migrate(db, migrations);
+    expect(
+      await db.query(`select c.relname as index from pg_index i join pg_class c on c.oid = i.indexrelid
+                      where i.indisvalid and c.relname in ('api_keys_tenant_idx', 'tenants_tenant_idx') order by 1`),
+    ).toEqual([{ index: 'api_keys_tenant_idx' }, { index: 'tenants_tenant_idx' }]);
+    expect((await listApiKeys(db, { tenant: 'beta', limit: 10 })).map((k) => k.prefix)).toEqual(['p3', 'p1']);
+    expect(await listKnownTenants(db, { limit: 10 })).toEqual(['alpha', 'beta', 'gamma']);
     await db.close();
   });
 });

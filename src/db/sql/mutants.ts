@@ -2559,4 +2559,36 @@ export const mutants: Mutant[] = [
     replace: `false as rated,`,
     tests: ['test/tasks/rate-limit.test.ts', 'test/tasks/plans.test.ts'],
   },
+  // -------------------------------------------------------------------------
+  // admin_reads_by_tenant (migration 0030): the admin's key and tenant lists
+  // read their tenant indexes in order.
+  {
+    id: 'admin-keys-of-tenant-by-index',
+    file: TENANTS,
+    statement: 'api_keys_list_of_tenant',
+    guard: "one tenant's keys are asked by tenant alone, which a generic plan takes from api_keys_tenant_idx",
+    find: `where tenant = $1::text
+   order by id desc limit $2::int`,
+    replace: `where ($1::text is null or tenant = $1::text)
+   order by id desc limit $2::int`,
+    tests: ['test/tenants/admin-plans.test.ts'],
+  },
+  {
+    id: 'admin-keys-tenant-index',
+    file: 'migrations/0030_admin_reads_by_tenant.sql',
+    statement: 'api_keys_tenant_idx',
+    guard: "api_keys in (tenant, id) order: one tenant's keys and the tenant picker",
+    find: `create index if not exists api_keys_tenant_idx on api_keys (tenant, id);`,
+    replace: `select 1;`,
+    tests: ['test/tenants/admin-plans.test.ts'],
+  },
+  {
+    id: 'admin-tenants-tenant-index',
+    file: 'migrations/0030_admin_reads_by_tenant.sql',
+    statement: 'tenants_tenant_idx',
+    guard: 'tenants in tenant order: the tenant picker',
+    find: `create index if not exists tenants_tenant_idx on tenants (tenant);`,
+    replace: `select 1;`,
+    tests: ['test/tenants/admin-plans.test.ts'],
+  },
 ];
