@@ -20,7 +20,7 @@ import type { Db } from '../db/seam.ts';
 import { extendLeaseIfRunning, finishIfRunning, startIfClaimed, type AttemptResult, type EarlyTask, type StartedTask } from '../db/sql/tasks-fence.ts';
 import { noFaults, type Faults } from '../faults.ts';
 import { attemptError, ResultError, resultText } from '../tasks/attempts.ts';
-import { LeaseLostError, PermanentError, RetryAfterError } from '../handlers/errors.ts';
+import { LeaseLostError, PermanentError, RETRY_AFTER_MAX_MS, RetryAfterError } from '../handlers/errors.ts';
 import type { Registry, TaskContext } from '../handlers/registry.ts';
 import type { Logger } from '../log.ts';
 import { zodDetails } from '../zod-details.ts';
@@ -87,6 +87,17 @@ const defaultSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(r
 function lastErrorText(error: unknown): string {
   const text = error instanceof Error ? `${error.name === 'Error' ? '' : `${error.name}: `}${error.message}` : String(error);
   return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH - 1)}…` : text;
+}
+
+/**
+ * A handler's own retry delay as the fenced finish stores it (an int of
+ * milliseconds per task, one statement for the batch): whole, from 0 to
+ * RETRY_AFTER_MAX_MS; not a number, the task's backoff. Unbounded, a delay of
+ * 30 days or a fraction failed the statement and lost its neighbours' results.
+ */
+function retryDelayOf(ms: number): number | null {
+  if (typeof ms !== 'number' || Number.isNaN(ms)) return null;
+  return Math.min(RETRY_AFTER_MAX_MS, Math.max(0, Math.round(ms)));
 }
 
 async function runAttempt(
@@ -167,7 +178,7 @@ async function runAttempt(
       return { ...base, outcome: 'failed', ...failure(error), timedOut: true };
     }
     if (error instanceof PermanentError) return { ...base, outcome: 'permanent', ...failure(error) };
-    if (error instanceof RetryAfterError) return { ...base, outcome: 'failed', ...failure(error), retryDelayMs: error.delayMs };
+    if (error instanceof RetryAfterError) return { ...base, outcome: 'failed', ...failure(error), retryDelayMs: retryDelayOf(error.delayMs) };
     return { ...base, outcome: 'failed', ...failure(error) };
   } finally {
     clearTimeout(timer);

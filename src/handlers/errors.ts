@@ -9,7 +9,14 @@ export class PermanentError extends Error {
   }
 }
 
-/** Throw to retry after a given delay instead of the task's backoff (e.g. Retry-After). */
+/** The longest delay a RetryAfterError sets: a week, as the longest backoff. */
+export const RETRY_AFTER_MAX_MS = 7 * 86_400_000;
+
+/**
+ * Throw to retry after a given delay instead of the task's backoff (e.g.
+ * Retry-After). The delay is taken in whole milliseconds from 0 to
+ * RETRY_AFTER_MAX_MS; one that is not a number leaves the task's backoff.
+ */
 export class RetryAfterError extends Error {
   readonly delayMs: number;
   constructor(message: string, delayMs: number) {

@@ -4,7 +4,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { getTask } from '../../src/db/sql/tasks-read.ts';
-import { PermanentError, RetryAfterError } from '../../src/handlers/errors.ts';
+import { PermanentError, RETRY_AFTER_MAX_MS, RetryAfterError } from '../../src/handlers/errors.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
 import { T0, useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
@@ -12,6 +12,7 @@ import { createHarness, type Harness } from '../helpers/harness.ts';
 const t = useTestDatabase();
 let h: Harness;
 let aborted: { reason: unknown } | undefined;
+let retryDelays: number[] = [];
 
 const handlers = [
   defineTask('poison', z.object({}).default({}), async () => {
@@ -23,6 +24,11 @@ const handlers = [
   defineTask('later', z.object({}).default({}), async () => {
     throw new RetryAfterError('busy, come back in 7 s', 7000);
   }),
+  // The delay by index: NaN and Infinity cannot travel in a JSON payload.
+  defineTask('come-back', z.object({ k: z.int() }), async ({ k }) => {
+    throw new RetryAfterError('come back', retryDelays[k]!);
+  }),
+  defineTask('fine', z.object({}).default({}), async () => 'ok'),
   defineTask('hang', z.object({}).default({}), async (_p, ctx) => {
     // Ignores nothing: resolves only when told to stop.
     await new Promise<void>((resolve) =>
@@ -145,6 +151,37 @@ describe('handler outcomes', () => {
     const task = (await getTask(t.db, 'acme', r!.task!.id))!;
     expect(task.status).toBe('scheduled');
     expect(task.runAt.getTime() - T0.getTime()).toBe(7000);
+  });
+
+  it("a RetryAfterError of any number is stored, and never costs its batch neighbours' results", async () => {
+    // 30 days is past the int of milliseconds the fenced finish takes; a
+    // fraction is no int; NaN is no delay (the task's backoff: full jitter
+    // within its 10 s).
+    const cases: [number, number | 'backoff'][] = [
+      [30 * 86_400_000, RETRY_AFTER_MAX_MS],
+      [Infinity, RETRY_AFTER_MAX_MS],
+      [1500.4, 1500],
+      [-5, 0],
+      [NaN, 'backoff'],
+    ];
+    retryDelays = cases.map(([ms]) => ms);
+    const enqueued = await h.enqueue(
+      [...cases.map((_, k) => ({ task: 'come-back', payload: { k }, backoff: { base: 10, max: 10 }, maxAttempts: 3 })), { task: 'fine' }],
+      { now: T0 },
+    );
+    await h.sweep({ now: T0 });
+    const sent = h.outbox.take();
+    expect(sent).toHaveLength(cases.length + 1);
+    const out = await h.consume(sent.map((m) => m.body), { now: T0 });
+    expect(out.verdicts).toEqual(sent.map(() => 'ack'));
+    expect((await getTask(t.db, 'acme', enqueued.at(-1)!.task!.id))!.status).toBe('succeeded');
+    for (const [k, [ms, expected]] of cases.entries()) {
+      const task = (await getTask(t.db, 'acme', enqueued[k]!.task!.id))!;
+      expect(task, `delay ${ms}`).toMatchObject({ status: 'scheduled', attempts: 1 });
+      const delay = task.runAt.getTime() - T0.getTime();
+      if (expected === 'backoff') expect(delay, `delay ${ms}`).toBeLessThanOrEqual(10_000);
+      else expect(delay, `delay ${ms}`).toBe(expected);
+    }
   });
 
   it('a handler past its timeout is aborted through its signal and the attempt fails', async () => {
