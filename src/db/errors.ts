@@ -28,6 +28,8 @@ const UNAVAILABLE = new Set([
  */
 const DATA_EXCEPTION_CLASS = '22';
 const PROGRAM_LIMIT_CLASS = '54';
+/** A CHECK constraint (a tenant's weight, a quota's range): the same backstop for the values the schemas bound. */
+const CHECK_VIOLATION = '23514';
 
 /**
  * Races a statement loses to a concurrent one and wins when run again: an
@@ -59,7 +61,7 @@ export function translateDbError(error: unknown): unknown {
   }
   if (typeof e?.code === 'string' && e.code.length === 5) {
     const refused = `the database refused a value: ${e.message ?? e.code}`;
-    if (e.code.startsWith(DATA_EXCEPTION_CLASS)) return new AppError('invalid_request', refused, [{ path: 'request', message: refused }]);
+    if (e.code.startsWith(DATA_EXCEPTION_CLASS) || e.code === CHECK_VIOLATION) return new AppError('invalid_request', refused, [{ path: 'request', message: refused }]);
     if (e.code.startsWith(PROGRAM_LIMIT_CLASS)) return new AppError('payload_too_large', refused, [{ path: 'request', message: refused }]);
   }
   if (e?.code === undefined && error instanceof Error && /connect|socket|terminat|closed|ECONN|WebSocket/i.test(error.message)) {

@@ -265,6 +265,19 @@ describe('migrate', () => {
     expect(await listKnownTenants(db, { limit: 10 })).toEqual(['alpha', 'beta', 'gamma']);
     await db.close();
   });
+
+  it('0031 (the weight floor) raises a weight below it to the floor, keeps the others, and refuses a smaller one', async () => {
+    const { db, migrations } = await dbBefore('0031_');
+    await db.query(`insert into tenants (queue, tenant, weight) values ('default', 'tiny', 5e-324), ('default', 'small', 1e-6), ('default', 'big', 1000)`);
+    await migrate(db, migrations);
+    expect(await db.query(`select tenant, weight from tenants order by tenant`)).toEqual([
+      { tenant: 'big', weight: 1000 },
+      { tenant: 'small', weight: 0.001 },
+      { tenant: 'tiny', weight: 0.001 },
+    ]);
+    await expect(db.query(`update tenants set weight = 0.0005 where tenant = 'big'`)).rejects.toThrow(/tenants_weight_range/);
+    await db.close();
+  });
 });
 
 /** Counts tenant beta's tasks matching `predicate`, with sequential and bitmap scans off; the plan must read `index`. */

@@ -92,6 +92,24 @@ describe('paused queues', () => {
   });
 });
 
+describe('the weight floor (migration 0031)', () => {
+  it("the smallest weight's tenant enqueues and is swept beside others; the table refuses a smaller one", async () => {
+    const api = createTestApi(t.db);
+    expect((await api.admin('PUT', '/v1/admin/tenants/light', { body: { weight: 0.001 } })).status).toBe(200);
+    const batch = Array.from({ length: 1000 }, () => ({ task: 'noop', runAt: T0 }));
+    await h.enqueue(batch, { now: new Date(T0.getTime() - 60_000), tenant: 'light' });
+    await h.enqueue(batch.slice(0, 10), { now: new Date(T0.getTime() - 60_000), tenant: 'other' });
+    await h.sweep({ now: T0 });
+    const claimed = await t.db.query<{ tenant: string; n: number }>(
+      `select tenant, count(*)::int as n from tasks where status = 'running' group by tenant order by tenant`,
+    );
+    // The other tenant's 10 come first; the light one's vtimes are all finite.
+    expect(claimed.find((r) => r.tenant === 'other')?.n).toBe(10);
+    expect(await t.db.query(`select count(*)::int as n from tasks where vtime = 'infinity'::float8 or vtime = 'NaN'::float8`)).toEqual([{ n: 0 }]);
+    await expect(t.db.query(`update tenants set weight = 0.0009 where tenant = 'light'`)).rejects.toThrow(/tenants_weight_range/);
+  });
+});
+
 describe('the admin and queue endpoints', () => {
   it('set weights and pauses, and show counts and lag per queue for the caller only', async () => {
     const api = createTestApi(t.db);
@@ -104,6 +122,13 @@ describe('the admin and queue endpoints', () => {
     const bad = await api.admin('PUT', '/v1/admin/tenants/acme', { body: { weight: 0 } });
     expect(bad.status).toBe(400);
     expect(bad.body.error.details[0].path).toBe('weight');
+    // So small that n / weight overflows: refused, and nothing written.
+    for (const weight of [5e-324, 1e-306, 0.0009]) {
+      const tiny = await api.admin('PUT', '/v1/admin/tenants/tiny', { body: { weight } });
+      expect(tiny.status, String(weight)).toBe(400);
+      expect(tiny.body.error.details[0].path).toBe('weight');
+    }
+    expect(await t.db.query(`select 1 from tenants where tenant = 'tiny'`)).toEqual([]);
     expect((await api.admin('PUT', '/v1/admin/queues/mail', { body: { paused: true } })).body).toEqual({ name: 'mail', paused: true });
 
     await h.enqueue([{ task: 'noop', queue: 'mail', runAt: new Date(T0.getTime() - 90_000) }, { task: 'noop', queue: 'mail', delay: 3600 }], {

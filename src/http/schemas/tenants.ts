@@ -35,15 +35,19 @@ const TenantQuotasSchema = z
   })
   .openapi('TenantQuotas');
 
+/** A tenant's fair-queuing weight (migration 0031): its vtime advances by n / weight, which must stay a finite double. */
+export const TENANT_WEIGHT_MIN = 0.001;
+export const TENANT_WEIGHT_MAX = 1000;
+
 export const TenantWeightSchema = z
   .strictObject({
     queue: QueueName.default('default'),
     weight: z
       .number()
-      .gt(0)
-      .max(1000)
+      .min(TENANT_WEIGHT_MIN)
+      .max(TENANT_WEIGHT_MAX)
       .optional()
-      .openapi({ description: 'Share of claims relative to other tenants of the queue (default 1).' }),
+      .openapi({ description: 'Share of claims relative to other tenants of the queue, from 0.001 to 1000 (default 1).' }),
     quotas: TenantQuotasSchema.optional(),
   })
   .refine((b) => b.weight !== undefined || b.quotas !== undefined, { path: ['weight'], message: 'set weight, quotas, or both' })
