@@ -66,8 +66,12 @@ const NETWORK_HEADER_PREFIXES = ['x-forwarded-', 'cf-'];
 
 /** RFC 9110 token characters: what a header name may contain. */
 const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-/** Header values: no CR, LF or NUL (fetch would throw, or worse, a header could be injected). */
-const HEADER_VALUE = /^[^\r\n\0]*$/;
+/**
+ * Header values: bytes, as fetch sends them (a ByteString: no character past
+ * U+00FF, or every attempt throws before sending), and no CR, LF or NUL
+ * (fetch would throw, or worse, a header could be injected).
+ */
+const HEADER_VALUE = /^[^\r\n\0\u0100-\uffff]*$/;
 
 function headerNameProblem(name: string): string | null {
   if (!HEADER_NAME.test(name)) return 'not a valid header name';
@@ -90,7 +94,7 @@ export function createHttpPayloadSchema(options: { allowPrivateTargets: boolean;
       const problem = headerNameProblem(name);
       if (problem) ctx.addIssue({ code: 'custom', path: [name], message: problem });
       if (!HEADER_VALUE.test(headerValue)) {
-        ctx.addIssue({ code: 'custom', path: [name], message: 'header values may not contain CR, LF or NUL' });
+        ctx.addIssue({ code: 'custom', path: [name], message: 'header values may hold only characters up to U+00FF, and no CR, LF or NUL' });
       }
       // {"X-A": ..., "x-a": ...} would be merged by fetch into one header.
       if (seen.has(name.toLowerCase())) ctx.addIssue({ code: 'custom', path: [name], message: 'header given twice' });

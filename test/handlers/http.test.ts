@@ -417,6 +417,12 @@ describe('payload checks', () => {
     expect(paths({ 'bad name': 'x' })).toEqual(['headers.bad name']);
     expect(paths({ 'X-A': '1', 'x-a': '2' })).toEqual(['headers.x-a']);
     expect(paths({ Authorization: 'Bearer t', 'X-Custom': 'ok' })).toEqual([]);
+    // fetch sends header values as bytes: past U+00FF it throws on every attempt, before sending.
+    expect(() => new Headers({ 'x-a': 'café ☃' })).toThrow();
+    expect(paths({ 'x-a': 'café ☃' })).toEqual(['headers.x-a']);
+    expect(paths({ 'x-a': 'caf\ud800' })).toEqual(['headers.x-a']);
+    expect(paths({ 'x-a': 'café\tÿ' })).toEqual([]);
+    expect(() => new Headers({ 'x-a': 'café\tÿ' })).not.toThrow();
   });
 
   it('refuses a body on GET and HEAD, unknown fields and unknown methods', () => {

@@ -59,6 +59,11 @@ describe('concurrency option', () => {
     expect((await api.admin('GET', '/v1/concurrency/nope', { tenant: 'acme' })).status).toBe(404);
     expect((await api.call('GET', '/v1/concurrency/nope')).status).toBe(401);
     expect((await api.admin('GET', `/v1/concurrency/${'k'.repeat(257)}`, { tenant: 'acme' })).status).toBe(400);
+    for (const route of ['/v1/concurrency', '/v1/rate-limits']) {
+      const nul = await api.admin('GET', `${route}/a%00b`, { tenant: 'acme' });
+      expect(nul.status, route).toBe(400);
+      expect(nul.body.error.details[0].path, route).toBe('key');
+    }
   });
 });
 

@@ -2,6 +2,7 @@
 // schedule sets, and the state of a key as GET /v1/concurrency/{key} and
 // GET /v1/rate-limits/{key} show it.
 import { z } from '@hono/zod-openapi';
+import { isStorableText } from '../hostile-json.ts';
 import { CONCURRENCY_KEY_MAX_LENGTH, CONCURRENCY_LIMIT_MAX, RATE_LIMIT_MAX, RATE_PERIOD_MAX_SECONDS } from '../../tasks/options.ts';
 
 const FlowKey = z.string().min(1).max(CONCURRENCY_KEY_MAX_LENGTH);
@@ -33,7 +34,11 @@ export const RateLimitJson = z.object({ key: z.string(), limit: z.int(), periodS
 
 /** The `{key}` of both routes: a flow-control key, as tasks name it. */
 export const FlowKeyParam = z.object({
-  key: FlowKey.openapi({ param: { name: 'key', in: 'path' }, example: 'partner' }),
+  // A body's strings are checked whole (hostile-json.ts); a path's are not.
+  key: FlowKey.refine(isStorableText, 'no NUL (\\u0000) or lone surrogates').openapi({
+    param: { name: 'key', in: 'path' },
+    example: 'partner',
+  }),
 });
 
 export const ConcurrencySlotSchema = z
