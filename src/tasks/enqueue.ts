@@ -139,10 +139,9 @@ async function writeBatch(
   return rows.map((row, i): EnqueueResult => {
     const w = written[i];
     if (w) {
-      const { created, ...task } = w;
+      const { created, rescheduled, ...task } = w;
       if (created) return { outcome: 'created', task };
-      const waiting = task.status === 'scheduled' || task.status === 'queued';
-      return { outcome: waiting ? 'rescheduled' : 'deduplicated', task };
+      return { outcome: rescheduled ? 'rescheduled' : 'deduplicated', task };
     }
     const record = spent.get(row.idempotencyKey!);
     if (!record) throw new Error(`enqueue: no row came back for idempotency key ${row.idempotencyKey}`);

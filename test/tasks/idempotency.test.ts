@@ -2,7 +2,10 @@
 // existing task and is never resurrected — not even after retention deleted
 // the row — and concurrent enqueues with one key create one task (S14).
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { getTask } from '../../src/db/sql/tasks-read.ts';
+import { reapExpiredLeases } from '../../src/db/sql/tasks-maintenance.ts';
+import { defineTask } from '../../src/handlers/registry.ts';
 import type { Db } from '../../src/db/seam.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
@@ -73,6 +76,38 @@ describe('idempotency keys', () => {
       }
     } });
     expect(await getTask(t.db, 'acme', c!.task!.id)).toMatchObject({ status: 'succeeded', runAt: T0 });
+  });
+
+  it('a task waiting for its retry has run: its key is spent; one whose dispatch was lost never ran: its key reschedules', async () => {
+    const flaky = createHarness(t.db, {
+      handlers: [
+        defineTask('flaky', z.object({ v: z.number() }), async () => {
+          throw new Error('boom');
+        }),
+      ],
+    });
+    const [a] = await flaky.enqueue(
+      { task: 'flaky', payload: { v: 1 }, idempotencyKey: 'ran', maxAttempts: 3, backoff: { base: 600, max: 600 } },
+      { now: T0 },
+    );
+    await flaky.sweep({ now: T0 });
+    await flaky.consume(flaky.outbox.take().map((m) => m.body), { now: T0 });
+    const failed = (await getTask(t.db, 'acme', a!.task!.id))!;
+    expect(failed).toMatchObject({ status: 'scheduled', attempts: 1 });
+    const [again] = await flaky.enqueue({ task: 'flaky', payload: { v: 2 }, idempotencyKey: 'ran', delay: 5000 }, { now: T0 });
+    expect(again!.outcome).toBe('deduplicated');
+    expect(again!.task).toEqual(failed);
+    expect(await getTask(t.db, 'acme', a!.task!.id)).toEqual(failed);
+
+    // Sent, never started, reaped: an attempt counted, no handler ran.
+    const [lost] = await flaky.enqueue({ task: 'flaky', payload: { v: 1 }, idempotencyKey: 'lost', maxAttempts: 3 }, { now: T0 });
+    await flaky.sweep({ now: T0 });
+    flaky.outbox.take();
+    expect(await reapExpiredLeases(t.db, { now: at(86_400), limit: 10, dispatchLeaseSeconds: 60 })).toEqual({ requeued: 0, retried: 1, dead: 0 });
+    expect(await getTask(t.db, 'acme', lost!.task!.id)).toMatchObject({ status: 'scheduled', attempts: 1, startedAt: null });
+    const [moved] = await flaky.enqueue({ task: 'flaky', payload: { v: 2 }, idempotencyKey: 'lost', delay: 3600 }, { now: at(86_401) });
+    expect(moved!.outcome).toBe('rescheduled');
+    expect(await getTask(t.db, 'acme', lost!.task!.id)).toMatchObject({ payload: { v: 2 }, runAt: at(86_401 + 3600) });
   });
 
   it('a spent key stays spent after retention deleted its task', async () => {

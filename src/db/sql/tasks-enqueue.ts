@@ -5,7 +5,7 @@ import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { taskFromRow, type Delivery, type Task, type TaskCallback, type TaskRow, type TaskStatus } from './taskRows.ts';
-import { at, CLAIMED_NOT_STARTED, countPendingOf, NOT_STARTED, TASK_COLUMNS_T, type Now } from './tasks-shared.ts';
+import { at, CLAIMED_NOT_STARTED, countPendingOf, NEVER_RAN, NOT_STARTED, TASK_COLUMNS_T, type Now } from './tasks-shared.ts';
 
 export interface NewTask {
   queue: string;
@@ -36,6 +36,8 @@ export interface NewTask {
 export interface WrittenTask extends Task {
   /** true: inserted now; false: an existing task with the same idempotency key. */
   created: boolean;
+  /** An existing task that had not started and never ran, rescheduled by this enqueue (false: deduplicated). */
+  rescheduled: boolean;
 }
 
 /**
@@ -205,39 +207,51 @@ const insertBatch = (keyed: boolean, tail: string) => `with clock as (select coa
    ${countPendingOf('pending_counted', '+', '(select $2::text as tenant from written w where w.created)')}
    select * from written`;
 
+/**
+ * A key held by a task that has not started and never ran: the enqueue
+ * reschedules it (key_spent_once_ran). A retry waiting ran once: its key is
+ * spent, the enqueue changes nothing and answers deduplicated. As
+ * NOT_STARTED alone, a second enqueue with the key replaced the payload and
+ * run time of a task between its retries.
+ */
+const KEY_HELD = `(${NOT_STARTED} and ${NEVER_RAN})`;
+const CLAIM_UNDONE = `(${CLAIMED_NOT_STARTED} and ${NEVER_RAN})`;
+
 const tasksInsertBatch = sql(
   'tasks_insert_batch',
   insertBatch(true, `on conflict (tenant, idempotency_key) where idempotency_key is not null do update set
      -- Guard: the key's task type and queue never change (TQ003, 409, the whole batch refused).
      task       = tasks_keep_task_type_of_key(t.idempotency_key, t.task, t.queue, excluded.task, excluded.queue),
-     payload    = case when ${NOT_STARTED} then excluded.payload else t.payload end,
-     run_at     = case when ${NOT_STARTED} then excluded.run_at else t.run_at end,
-     vtime      = case when not ${NOT_STARTED} then t.vtime
+     payload    = case when ${KEY_HELD} then excluded.payload else t.payload end,
+     run_at     = case when ${KEY_HELD} then excluded.run_at else t.run_at end,
+     vtime      = case when not ${KEY_HELD} then t.vtime
                        when excluded.status = 'queued' then coalesce(t.vtime, excluded.vtime) end,
-     status     = case when ${NOT_STARTED} then excluded.status else t.status end,
+     status     = case when ${KEY_HELD} then excluded.status else t.status end,
      -- A waiting task takes the new flow control and is runnable again.
-     concurrency_key   = case when ${NOT_STARTED} then excluded.concurrency_key else t.concurrency_key end,
-     concurrency_limit = case when ${NOT_STARTED} then excluded.concurrency_limit else t.concurrency_limit end,
-     priority   = case when ${NOT_STARTED} then excluded.priority else t.priority end,
-     rate_key   = case when ${NOT_STARTED} then excluded.rate_key else t.rate_key end,
-     rate_limit = case when ${NOT_STARTED} then excluded.rate_limit else t.rate_limit end,
-     rate_period_seconds = case when ${NOT_STARTED} then excluded.rate_period_seconds else t.rate_period_seconds end,
+     concurrency_key   = case when ${KEY_HELD} then excluded.concurrency_key else t.concurrency_key end,
+     concurrency_limit = case when ${KEY_HELD} then excluded.concurrency_limit else t.concurrency_limit end,
+     priority   = case when ${KEY_HELD} then excluded.priority else t.priority end,
+     rate_key   = case when ${KEY_HELD} then excluded.rate_key else t.rate_key end,
+     rate_limit = case when ${KEY_HELD} then excluded.rate_limit else t.rate_limit end,
+     rate_period_seconds = case when ${KEY_HELD} then excluded.rate_period_seconds else t.rate_period_seconds end,
      -- An early claim undone gives its old key's slot back, here, where \`t\`
      -- is the locked row as it was (the call returns the slots freed: the
      -- task is not parked). The wake spares the tasks of the batch's keys.
-     parked     = case when ${CLAIMED_NOT_STARTED} and t.concurrency_key is not null
+     parked     = case when ${CLAIM_UNDONE} and t.concurrency_key is not null
                        then concurrency_slots_free(t.tenant, t.concurrency_key, 1, $14::text[]) = 0
-                       when ${NOT_STARTED} then false else t.parked end,
+                       when ${KEY_HELD} then false else t.parked end,
      -- reschedule_if_claimed_not_started: undo the early claim.
-     lease_epoch      = case when ${CLAIMED_NOT_STARTED} then t.lease_epoch + 1 else t.lease_epoch end,
-     attempts         = case when ${CLAIMED_NOT_STARTED} then t.attempts - 1 else t.attempts end,
-     lease_expires_at = case when ${CLAIMED_NOT_STARTED} then null else t.lease_expires_at end,
-     dispatched_at    = case when ${CLAIMED_NOT_STARTED} then null else t.dispatched_at end,
-     updated_at = case when ${NOT_STARTED} then excluded.updated_at else t.updated_at end
+     lease_epoch      = case when ${CLAIM_UNDONE} then t.lease_epoch + 1 else t.lease_epoch end,
+     attempts         = case when ${CLAIM_UNDONE} then t.attempts - 1 else t.attempts end,
+     lease_expires_at = case when ${CLAIM_UNDONE} then null else t.lease_expires_at end,
+     dispatched_at    = case when ${CLAIM_UNDONE} then null else t.dispatched_at end,
+     updated_at = case when ${KEY_HELD} then excluded.updated_at else t.updated_at end
    -- A created row's payload is the caller's own: sending 1,000 of them back
    -- cost about a third of the statement, so only existing rows return it.
    returning ${TASK_COLUMNS_T.replace('t.payload', 'case when t.xmax = 0 then null else t.payload end as payload')},
-             (t.xmax = 0) as created`),
+             (t.xmax = 0) as created,
+             -- Whether the key still reschedules (the row as written: not started, never ran).
+             (t.xmax = 0 or ${KEY_HELD}) as reschedulable`),
 );
 
 /**
@@ -266,7 +280,7 @@ export async function insertTasks(
 ): Promise<(WrittenTask | null)[]> {
   const col = <K extends keyof NewTask>(k: K) => p.tasks.map((t) => t[k]);
   const plain = p.tasks.every((t) => t.idempotencyKey === null);
-  const rows = await q.query<TaskRow & { created: boolean }>(plain ? tasksInsertBatchPlain : tasksInsertBatch, [
+  const rows = await q.query<TaskRow & { created: boolean; reschedulable?: boolean }>(plain ? tasksInsertBatchPlain : tasksInsertBatch, [
     at(p.now),
     p.tenant,
     p.lookaheadSeconds,
@@ -333,6 +347,7 @@ export async function insertTasks(
           rate_period_seconds: input.ratePeriodSeconds,
         }),
         created: true,
+        rescheduled: false,
       };
     });
   }
@@ -344,7 +359,11 @@ export async function insertTasks(
   return p.tasks.map((input) => {
     const r = input.idempotencyKey === null ? unkeyed[next++] : byKey.get(input.idempotencyKey);
     if (!r) return null;
-    return { ...taskFromRow(r.created ? { ...r, payload: input.payload } : r), created: r.created };
+    return {
+      ...taskFromRow(r.created ? { ...r, payload: input.payload } : r),
+      created: r.created,
+      rescheduled: !r.created && r.reschedulable === true,
+    };
   });
 }
 

@@ -45,6 +45,13 @@ export const WAITING = `t.status in ('scheduled', 'queued')`;
 /** Has not started: waiting, or claimed early and not started. Over `t`. */
 export const NOT_STARTED = `(${WAITING} or ${CLAIMED_NOT_STARTED})`;
 /**
+ * No handler of the task has ever started: no attempt of it in the history
+ * has a start (a retry waiting has one; a claim given back or a dispatch
+ * lost has none). Its idempotency key is spent once one has (README). Over
+ * `t`; one probe of task_attempts_task_idx.
+ */
+export const NEVER_RAN = `not exists (select 1 from task_attempts a where a.task_id = t.id and a.started_at is not null)`;
+/**
  * Live: waiting or running. Over `t`. With a schedule named, the predicate
  * of tasks_live_occurrences_idx (migration 0028); NOT_STARTED's `or` does
  * not imply it, so a read of a schedule's not-started occurrences says both.
