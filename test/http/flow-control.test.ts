@@ -102,6 +102,61 @@ describe('concurrency on schedules and replays', () => {
   });
 });
 
+describe("a key's limit is its newest task's, whatever created it (slot_limit_of_newest)", () => {
+  const T = new Date('2026-12-01T12:00:00Z');
+  const running = async () =>
+    (await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where concurrency_key = 'k' and status = 'running'`))[0]!.n;
+  const limit = async () => (await api.admin('GET', '/v1/concurrency/k', { tenant: 'acme' })).body.limit;
+
+  it("a schedule replaced with a lower limit runs its occurrences at the new one; so does one on a key an enqueue set higher", async () => {
+    const h = createHarness(t.db);
+    const put = async (limit: number) =>
+      (await api.admin('PUT', '/v1/schedules/tick', { tenant: 'acme', body: { task: 'noop', interval: 3, concurrency: { key: 'k', limit } } }))
+        .status;
+    api.setNow(new Date(T.getTime() + 9_000));
+    expect(await put(3)).toBe(201);
+    expect((await h.sweep({ now: new Date(T.getTime() + 10_000) })).claimed).toBe(3);
+    expect(await limit()).toBe(3);
+    // Replaced: the first definition's occurrences are withdrawn, their slots given back.
+    api.setNow(new Date(T.getTime() + 11_000));
+    expect(await put(1)).toBe(200);
+    expect(await running()).toBe(0);
+    await h.sweep({ now: new Date(T.getTime() + 12_000) });
+    expect(await limit()).toBe(1);
+    expect(await running()).toBe(1);
+
+    // An enqueue's limit of 3, then the schedule's occurrences of 1 are newer.
+    await api.admin('DELETE', '/v1/schedules/tick', { tenant: 'acme' });
+    await resetTables(t.db);
+    await h.enqueue({ task: 'noop', concurrency: { key: 'k', limit: 3 } }, { now: T });
+    expect(await limit()).toBe(3);
+    api.setNow(new Date(T.getTime() + 9_000));
+    expect(await put(1)).toBe(201);
+    await h.sweep({ now: new Date(T.getTime() + 20_000) });
+    expect(await limit()).toBe(1);
+    expect(await running()).toBe(1);
+  });
+
+  it('a trigger and a replay set the limit they carry', async () => {
+    api.setNow(T);
+    expect(
+      (await api.admin('PUT', '/v1/schedules/daily', { tenant: 'acme', body: { task: 'noop', cron: '0 3 * * *', concurrency: { key: 'k', limit: 2 } } }))
+        .status,
+    ).toBe(201);
+    await createHarness(t.db).enqueue({ task: 'noop', concurrency: { key: 'k', limit: 7 } }, { now: T });
+    expect(await limit()).toBe(7);
+    expect((await api.admin('POST', '/v1/schedules/daily/trigger', { tenant: 'acme' })).status).toBe(201);
+    expect(await limit()).toBe(2);
+
+    const done = await api.admin('POST', '/v1/tasks', { tenant: 'acme', body: { task: 'noop', delay: 3600, concurrency: { key: 'k', limit: 5 } } });
+    expect(await limit()).toBe(5);
+    await api.admin('DELETE', `/v1/tasks/${done.body.id}`, { tenant: 'acme' });
+    await createHarness(t.db).enqueue({ task: 'noop', concurrency: { key: 'k', limit: 9 } }, { now: T });
+    expect((await api.admin('POST', `/v1/tasks/${done.body.id}/replay`, { tenant: 'acme', body: {} })).status).toBe(201);
+    expect(await limit()).toBe(5);
+  });
+});
+
 describe('concurrency slots of withdrawn occurrences', () => {
   it('replacing a schedule whose occurrence was claimed early gives the slot back', async () => {
     const T = new Date('2026-12-01T12:00:00Z');

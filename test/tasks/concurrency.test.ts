@@ -236,6 +236,13 @@ describe('concurrency limits', () => {
     expect(slot!.max_running).toBe(4);
     expect((await h.sweep({ now: at(2) })).claimed).toBe(3);
     expect(await expectSlotMatches('acme', 'k')).toBe(4);
+    // In one batch, the last item is the most recent.
+    await h.enqueue(
+      [6, 2].map((limit) => ({ task: 'slow', delay: 3600, concurrency: { key: 'k', limit } })),
+      { now: at(3) },
+    );
+    const [batch] = await t.db.query<{ max_running: number }>(`select max_running from concurrency_slots where key = 'k'`);
+    expect(batch!.max_running).toBe(2);
   });
 });
 

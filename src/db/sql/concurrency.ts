@@ -6,6 +6,24 @@ import type { Db, Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 
 /**
+ * slot_limit_of_newest: a key's limit is the one its newest task says
+ * (README: the most recently enqueued task's limit applies), so every
+ * statement that creates tasks writes it: the enqueue, a schedule's
+ * occurrences, a trigger and a replay. CTE `slot_limits` upserts the slot row
+ * of each (tenant, key) of `rows` (columns tenant, key, max_running, ord; the
+ * newest has the highest ord), in (tenant, key) order, as the claims lock
+ * them. Written by the enqueue alone, a schedule replaced with a lower limit
+ * ran its occurrences at the old one.
+ */
+export const slotLimitsOf = (rows: string) => `slot_limits as (
+     insert into concurrency_slots as s (tenant, key, max_running)
+     select distinct on (n.tenant, n.key) n.tenant, n.key, n.max_running
+     from ${rows} n where n.key is not null
+     order by n.tenant, n.key, n.ord desc
+     on conflict (tenant, key) do update set max_running = excluded.max_running, updated_at = now()
+   )`;
+
+/**
  * The slot freeing of every set-based statement that takes tasks out of
  * `running` (migration 0020; the enqueue's ON CONFLICT calls the function
  * itself): CTE `slots_freed` gives back one slot per row of `left` (columns

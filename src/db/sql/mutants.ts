@@ -2611,4 +2611,42 @@ export const mutants: Mutant[] = [
     replace: 'where a.task_id = t.id)',
     tests: ['test/tasks/idempotency.test.ts'],
   },
+  // -------------------------------------------------------------------------
+  // slot_limit_of_newest: every statement that creates tasks writes its key's limit.
+  {
+    id: 'slot-limits-newest',
+    file: CONCURRENCY,
+    statement: 'slotLimitsOf (the enqueue, occurrences, trigger, replay)',
+    guard: 'the newest task of a key in the statement sets its limit',
+    find: 'order by n.tenant, n.key, n.ord desc',
+    replace: 'order by n.tenant, n.key, n.ord',
+    tests: ['test/tasks/concurrency.test.ts'],
+  },
+  {
+    id: 'slot-limits-occurrences',
+    file: SCHEDULES,
+    statement: 'schedules_fire_occurrences',
+    guard: "a schedule's occurrences set their key's limit",
+    find: `from inserted i where i.status <> 'missed')`,
+    replace: `from inserted i where false)`,
+    tests: ['test/http/flow-control.test.ts'],
+  },
+  {
+    id: 'slot-limits-trigger',
+    file: 'src/db/sql/trigger.ts',
+    statement: 'schedules_trigger_occurrence',
+    guard: "a triggered occurrence sets its key's limit",
+    find: `w.id as ord from written w)`,
+    replace: `w.id as ord from written w where false)`,
+    tests: ['test/http/flow-control.test.ts'],
+  },
+  {
+    id: 'slot-limits-replay',
+    file: 'src/db/sql/replay.ts',
+    statement: 'tasks_replay_terminal',
+    guard: "a replay sets its key's limit",
+    find: `w.id as ord from written w)`,
+    replace: `w.id as ord from written w where false)`,
+    tests: ['test/http/flow-control.test.ts'],
+  },
 ];

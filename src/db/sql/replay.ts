@@ -16,6 +16,7 @@
 // statement is refused (TQ002, 429 quota_exceeded).
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
+import { slotLimitsOf } from './concurrency.ts';
 import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT, pendingQuotaOf } from './tasks-enqueue.ts';
 import { countPendingOf } from './tasks-shared.ts';
 import { TASK_COLUMNS, TASK_COLUMNS_SHOWN, TERMINAL_STATUSES, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
@@ -108,6 +109,7 @@ const tasksReplayTerminal = sql(
      on conflict (replay_of) where replay_of is not null do nothing
      returning ${TASK_COLUMNS_T}
    ),
+   ${slotLimitsOf('(select w.tenant, w.concurrency_key as key, w.concurrency_limit as max_running, w.id as ord from written w)')},
    ${countPendingOf('pending_counted', '+', 'written')}
    select * from written`,
 );

@@ -3,7 +3,7 @@
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from './scheduleRows.ts';
-import { freeSlotsOf } from './concurrency.ts';
+import { freeSlotsOf, slotLimitsOf } from './concurrency.ts';
 import { countPendingOf, LIVE, NOT_STARTED } from './tasks-shared.ts';
 import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
 
@@ -377,8 +377,11 @@ const schedulesFireOccurrences = sql(
      from occ o join schedules s on s.id = o.schedule_id, clock
      order by o.scheduled_for
      on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing
-     returning status, tenant
+     returning id, status, tenant, concurrency_key, concurrency_limit
    ),
+   -- A missed occurrence never runs: its limit is not the key's.
+   ${slotLimitsOf(`(select i.tenant, i.concurrency_key as key, i.concurrency_limit as max_running, i.id as ord
+                   from inserted i where i.status <> 'missed')`)},
    -- A missed occurrence is born finished.
    ${countPendingOf('pending_counted', '+', "(select tenant from inserted where status <> 'missed')")},
    advanced as (

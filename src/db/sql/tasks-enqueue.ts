@@ -4,6 +4,7 @@
 import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
+import { slotLimitsOf } from './concurrency.ts';
 import { taskFromRow, type Delivery, type Task, type TaskCallback, type TaskRow, type TaskStatus } from './taskRows.ts';
 import { at, CLAIMED_NOT_STARTED, countPendingOf, NEVER_RAN, NOT_STARTED, TASK_COLUMNS_T, type Now } from './tasks-shared.ts';
 
@@ -182,13 +183,7 @@ const insertBatch = (keyed: boolean, tail: string) => `with clock as (select coa
      }
    ),
    ${KNOWN_QUEUES_OF_INPUT},
-   slot_limits as (
-     insert into concurrency_slots as s (tenant, key, max_running)
-     select distinct on (i.concurrency_key) $2::text, i.concurrency_key, i.concurrency_limit
-     from input i where i.concurrency_key is not null
-     order by i.concurrency_key, i.ord desc
-     on conflict (tenant, key) do update set max_running = excluded.max_running, updated_at = now()
-   ),
+   ${slotLimitsOf('(select $2::text as tenant, i.concurrency_key as key, i.concurrency_limit as max_running, i.ord from input i)')},
    ${FAIR_VTIME_OF_INPUT},
    written as (
      insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,

@@ -2,6 +2,7 @@
 // schedule's next fire time, which stays as it is.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
+import { slotLimitsOf } from './concurrency.ts';
 import { SCHEDULE_COLUMNS, scheduleFromRow, type Schedule, type ScheduleRow } from './scheduleRows.ts';
 import { TASK_COLUMNS, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
 import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT, pendingQuotaOf } from './tasks-enqueue.ts';
@@ -75,6 +76,7 @@ const schedulesTriggerOccurrence = sql(
      on conflict (schedule_id, scheduled_for) where schedule_id is not null do nothing
      returning ${TASK_COLUMNS_T}
    ),
+   ${slotLimitsOf('(select w.tenant, w.concurrency_key as key, w.concurrency_limit as max_running, w.id as ord from written w)')},
    ${countPendingOf('pending_counted', '+', 'written')}
    select * from written`,
 );
