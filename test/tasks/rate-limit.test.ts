@@ -6,6 +6,7 @@ import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 import type { TaskInput } from '../../src/tasks/enqueue.ts';
 import { countStatements } from '../../src/db/seam.ts';
+import { claimTasks } from '../../src/db/sql/tasks-dispatch.ts';
 
 const t = useTestDatabase();
 let h: Harness;
@@ -170,6 +171,47 @@ describe('rate limits', () => {
     expect(starts).toEqual([0, 500, 1000, 1500, 2000, 2500]);
     const [row] = await t.db.query<{ max_starts: number }>(`select max_starts from rate_limits where key = 'k'`);
     expect(row!.max_starts).toBe(2);
+  });
+
+  it('rate_limit_of_newest: older tasks of the key claimed after the newest one keep its limit, not their looser one', async () => {
+    // Older: 100 per second, in queue b-old; the newest: 1 per 10 s, in
+    // a-new, claimed first (queues take turns from a random one: 0 is a-new).
+    await h.enqueue(rated(4, 'r', 100, 1, { queue: 'b-old' }), { now: T0 });
+    await h.enqueue(rated(1, 'r', 1, 10, { queue: 'a-new' }), { now: T0 });
+    await h.sweep({ now: T0, random: () => 0 });
+    await h.deliver(h.outbox.take(), { now: T0 });
+    await h.sweep({ now: at(30), random: () => 0 });
+    await h.deliver(h.outbox.take(), { now: at(30) });
+    const done = await rows('r');
+    expect(done.map((r) => r.status)).toEqual(['succeeded', 'succeeded', 'succeeded', 'succeeded', 'succeeded']);
+    expect(maxInWindow(done.map((r) => r.started_at!), 10_000)).toBe(1);
+    expect(await t.db.query(`select max_starts, period_seconds from rate_limits where key = 'r'`)).toEqual([{ max_starts: 1, period_seconds: 10 }]);
+  });
+
+  it("rate_limit_of_newest: a claim of older tasks that waited on the newest one's claim keeps the newest limit", async () => {
+    await h.enqueue(rated(4, 'r', 100, 1, { queue: 'b-old' }), { now: T0 });
+    await h.enqueue(rated(1, 'r', 1, 10, { queue: 'a-new' }), { now: T0 });
+    const [older, newer] = [await t.open({ maxConnections: 1 }), await t.open({ maxConnections: 1 })];
+    try {
+      await older.query(`set application_name = 'older-claim'`);
+      let olderClaim: Promise<unknown> | undefined;
+      await newer.transaction(async (tx) => {
+        await claimTasks(tx, { now: T0, queue: 'a-new', limit: 10, claimedBy: 'newer', leaseSeconds: 60 });
+        // The older claim read no row (this one is not committed) and waits on its key.
+        olderClaim = claimTasks(older, { now: T0, queue: 'b-old', limit: 10, claimedBy: 'older', leaseSeconds: 60 });
+        let waiting = false;
+        for (let i = 0; i < 200 && !waiting; i++) {
+          waiting = (await t.db.query(`select 1 from pg_stat_activity where application_name = 'older-claim' and wait_event_type = 'Lock'`)).length > 0;
+          if (!waiting) await new Promise((r) => setTimeout(r, 25));
+        }
+        expect(waiting).toBe(true);
+      });
+      expect((await olderClaim) as { claimed: unknown[] }).toMatchObject({ claimed: expect.any(Array) });
+      expect(await t.db.query(`select max_starts, period_seconds from rate_limits where key = 'r'`)).toEqual([{ max_starts: 1, period_seconds: 10 }]);
+    } finally {
+      await older.close();
+      await newer.close();
+    }
   });
 
   it("keys are per tenant: another tenant's tasks with the same key are not spaced by it", async () => {

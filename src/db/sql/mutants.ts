@@ -2649,4 +2649,38 @@ export const mutants: Mutant[] = [
     replace: `w.id as ord from written w where false)`,
     tests: ['test/http/flow-control.test.ts'],
   },
+  // -------------------------------------------------------------------------
+  // rate_limit_of_newest (migration 0032): a claim of older tasks keeps the newest task's limit.
+  {
+    id: 'claim-rate-limit-of-newest',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: "rate_limit_of_newest: the key's row holds a newer task's limit than the batch's newest",
+    find: `case when k.limit_task_id > r.newest_id then k.max_starts else r.batch_max_starts end as max_starts,`,
+    replace: `r.batch_max_starts as max_starts,`,
+    also: [
+      {
+        file: DISPATCH,
+        find: `case when k.limit_task_id > r.newest_id then k.period_seconds else r.batch_period_seconds end as period_seconds,`,
+        replace: `r.batch_period_seconds as period_seconds,`,
+      },
+    ],
+    tests: ['test/tasks/rate-limit.test.ts'],
+  },
+  {
+    id: 'claim-rate-limit-kept-on-conflict',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: "a claim whose read of the key predates a newer task's claim keeps that claim's limit",
+    find: `max_starts = case when excluded.limit_task_id >= l.limit_task_id then excluded.max_starts else l.max_starts end,`,
+    replace: `max_starts = excluded.max_starts,`,
+    also: [
+      {
+        file: DISPATCH,
+        find: `period_seconds = case when excluded.limit_task_id >= l.limit_task_id then excluded.period_seconds else l.period_seconds end,`,
+        replace: `period_seconds = excluded.period_seconds,`,
+      },
+    ],
+    tests: ['test/tasks/rate-limit.test.ts'],
+  },
 ];

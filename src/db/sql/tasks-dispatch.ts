@@ -118,32 +118,43 @@ const tasksClaimRunnable = sql(
      from displaced d, clock
      where t.id = d.id
    ),
+   -- rate_limit_of_newest (migration 0032): the key's limit is its newest
+   -- task's: the batch's newest, unless the key's row holds a newer one's.
    rate_ranked as (
-     select p.id, p.tenant, p.rate_key, greatest(p.run_at, clock.now) as due,
-            first_value(p.rate_limit) over newest as max_starts,
-            first_value(p.rate_period_seconds) over newest as period_seconds,
-            row_number() over (partition by p.tenant, p.rate_key order by p.run_at, p.vtime, p.id) as pos
-     from picked p, clock
-     where p.rate_key is not null
-     window newest as (partition by p.tenant, p.rate_key order by p.id desc)
+     select r.id, r.tenant, r.rate_key, r.due, r.pos,
+            case when k.limit_task_id > r.newest_id then k.max_starts else r.batch_max_starts end as max_starts,
+            case when k.limit_task_id > r.newest_id then k.period_seconds else r.batch_period_seconds end as period_seconds,
+            greatest(r.newest_id, k.limit_task_id) as limit_task_id
+     from (select p.id, p.tenant, p.rate_key, greatest(p.run_at, clock.now) as due,
+                  first_value(p.rate_limit) over newest as batch_max_starts,
+                  first_value(p.rate_period_seconds) over newest as batch_period_seconds,
+                  first_value(p.id) over newest as newest_id,
+                  row_number() over (partition by p.tenant, p.rate_key order by p.run_at, p.vtime, p.id) as pos
+           from picked p, clock
+           where p.rate_key is not null
+           window newest as (partition by p.tenant, p.rate_key order by p.id desc)) r
+          left join rate_limits k on k.tenant = r.tenant and k.key = r.rate_key
    ),
    ${rateBaseOf('rate_ranked')},
    rate_groups as (
-     select b.tenant, b.rate_key, b.max_starts, b.period_seconds, b.step, array_agg(b.base order by b.pos) as bases
+     select b.tenant, b.rate_key, b.max_starts, b.period_seconds, b.limit_task_id, b.step, array_agg(b.base order by b.pos) as bases
      from rate_base b
-     group by b.tenant, b.rate_key, b.max_starts, b.period_seconds, b.step
+     group by b.tenant, b.rate_key, b.max_starts, b.period_seconds, b.limit_task_id, b.step
    ),
    -- reserve_within_lookahead: only starts the look-ahead may send move the
    -- line (rate_limit_line_after, migration 0018).
    rate_lines as (
-     insert into rate_limits as l (tenant, key, max_starts, period_seconds, next_claim_at)
-     select g.tenant, g.rate_key, g.max_starts, g.period_seconds,
+     insert into rate_limits as l (tenant, key, max_starts, period_seconds, limit_task_id, next_claim_at)
+     select g.tenant, g.rate_key, g.max_starts, g.period_seconds, g.limit_task_id,
             rate_limit_line_after('-infinity', g.bases, g.step, clock.now + make_interval(secs => $7::int))
      from rate_groups g, clock
      order by g.tenant, g.rate_key
      on conflict (tenant, key) do update set
-       max_starts = excluded.max_starts,
-       period_seconds = excluded.period_seconds,
+       -- A claim that committed since rate_ranked read the row may have set
+       -- a newer task's limit: it stays (the start line spaces by it).
+       max_starts = case when excluded.limit_task_id >= l.limit_task_id then excluded.max_starts else l.max_starts end,
+       period_seconds = case when excluded.limit_task_id >= l.limit_task_id then excluded.period_seconds else l.period_seconds end,
+       limit_task_id = greatest(excluded.limit_task_id, l.limit_task_id),
        claim_from = l.next_claim_at,
        next_claim_at = rate_limit_line_after(
          l.next_claim_at,

@@ -1,0 +1,11 @@
+-- 0032: a rate key's limit is its newest task's (issue 16).
+--
+-- The claim wrote the limit of the newest task of its batch onto the key's
+-- row, whichever tasks it was. A later claim of older tasks of the key (in
+-- another queue, or after priorities split the claims) put their looser
+-- limit back: with the newest task at 1 per 10 s claimed first, four older
+-- tasks at 100 per second started 10 ms apart. The row now remembers which
+-- task its limit came from; a claim takes the limit of its own newest task
+-- only when that task is newer. 0 (the rows already here): the next claim's
+-- batch sets it, as before.
+alter table rate_limits add column limit_task_id bigint not null default 0;
