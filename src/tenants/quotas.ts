@@ -9,7 +9,7 @@ import type { Config } from '../config.ts';
 import type { Queryable } from '../db/seam.ts';
 import { getTenantQuotas, type StoredQuotas } from '../db/sql/tenants.ts';
 import { quotaExceeded } from '../errors.ts';
-import { fireTimesBetween, type ScheduleSpec } from '../schedules/recurrence.ts';
+import { fireTimesBetween, nextFireTime, type ScheduleSpec } from '../schedules/recurrence.ts';
 
 /** The largest value each quota may be set to (the migration's CHECKs say the same). */
 export const QUOTA_LIMITS = { maxPendingTasks: 100_000_000, maxSchedules: 1_000_000, minScheduleIntervalSeconds: 31_622_400 } as const;
@@ -40,8 +40,8 @@ const GAP_WINDOW_MS = 800 * 86_400_000;
 /**
  * The shortest time, in seconds, between two fires of a schedule: exact for
  * intervals and minute/hour recurrences; for cron and day/week/month
- * recurrences, the shortest gap among the next 1,000 fire times from `now`
- * within 800 days (a cron firing every second gives 1; a daily time across a
+ * recurrences, the shortest gap among the 1,000 fire times from the first
+ * after `now`, within 800 days of it (a cron firing every second gives 1; a daily time across a
  * DST change gives 23 h). Null for a one-shot, or a schedule firing at most
  * once in that window.
  */
@@ -58,7 +58,12 @@ export function shortestGapSeconds(spec: ScheduleSpec, now: Date): number | null
     case 'cron':
       break;
   }
-  const times = fireTimesBetween(spec, new Date(now.getTime() - 1), new Date(now.getTime() + GAP_WINDOW_MS), GAP_SAMPLE);
+  // From the first fire time, however far: a cron whose first fires are past
+  // the window ("* * * * 2 1#5": every second of a fifth Monday in February,
+  // first in 2044) showed no gap from now and slipped past the quota.
+  const first = nextFireTime(spec, new Date(now.getTime() - 1));
+  if (first === null) return null;
+  const times = fireTimesBetween(spec, new Date(first.getTime() - 1), new Date(first.getTime() + GAP_WINDOW_MS), GAP_SAMPLE);
   let shortest: number | null = null;
   for (let i = 1; i < times.length; i++) {
     const gap = (times[i]!.getTime() - times[i - 1]!.getTime()) / 1000;

@@ -307,5 +307,9 @@ describe('the shortest gap of a schedule', () => {
     const daily = { kind: 'recurrence', every: 1, unit: 'days', start: new Date('2027-03-01T14:00:00Z'), timezone: 'America/New_York' } as const;
     expect(shortestGapSeconds(daily, new Date('2027-03-01T00:00:00Z'))).toBe(23 * 3600);
     expect(shortestGapSeconds({ kind: 'once', at: T0 }, T0)).toBeNull();
+    // Every second of a fifth Monday in February: first in 2044, past the 800 days sampled.
+    expect(shortestGapSeconds({ kind: 'cron', cron: '* * * * 2 1#5', timezone: 'UTC' }, T0)).toBe(1);
+    // Once every four years: no two fires within 800 days of the first.
+    expect(shortestGapSeconds({ kind: 'cron', cron: '0 0 29 2 *', timezone: 'UTC' }, T0)).toBeNull();
   });
 });
