@@ -5,7 +5,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { countStatements } from '../../src/db/seam.ts';
 import { replayTerminalTasks } from '../../src/db/sql/replay.ts';
 import { insertTriggeredOccurrence } from '../../src/db/sql/trigger.ts';
-import { getTask } from '../../src/db/sql/tasks-read.ts';
+import { getTask, listTasks } from '../../src/db/sql/tasks-read.ts';
 import { cancelMatching } from '../../src/tasks/bulkCancel.ts';
 import { replayMatching, replayTask } from '../../src/tasks/replay.ts';
 import { triggerSchedule } from '../../src/schedules/trigger.ts';
@@ -172,7 +172,10 @@ describe('bulk cancel (tasks_cancel_matching_if_not_started)', () => {
     const [r] = await h.enqueue({ task: 'noop', delay: 30 }, { now: T0 });
     await h.sweep({ now: T0 });
     const [m] = h.outbox.take();
-    expect(await cancelMatching(t.db, 'acme', { statuses: ['running'] }, 10, at(5))).toEqual([r!.task!.id]);
+    // The list shows it queued, and the filter takes the status the list shows.
+    expect((await listTasks(t.db, 'acme', { statuses: ['queued'], limit: 10 })).map((x) => x.id)).toEqual([r!.task!.id]);
+    expect(await cancelMatching(t.db, 'acme', { statuses: ['running'] }, 10, at(5))).toEqual([]);
+    expect(await cancelMatching(t.db, 'acme', { statuses: ['queued'] }, 10, at(5))).toEqual([r!.task!.id]);
     const out = await h.consume([m!.body], { now: at(30) });
     expect(out.results).toEqual([]);
     expect(await getTask(t.db, 'acme', r!.task!.id)).toMatchObject({ status: 'cancelled', startedAt: null });

@@ -201,6 +201,7 @@ describe('bulk actions', () => {
       ['cancel', { queue: 'bad\u0000queue' }, 'queue'],
       ['cancel', { task: '\ud800' }, 'task'],
       ['cancel', { status: ['succeeded'] }, 'status.0'],
+      ['cancel', { status: ['queued', 'running'] }, 'status.1'],
       ['replay', { status: ['queued'] }, 'status.0'],
       ['replay', { status: ['sleeping'] }, 'status.0'],
       ['replay', { status: [] }, 'status'],

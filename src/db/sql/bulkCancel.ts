@@ -5,10 +5,14 @@ import { sql } from '../seam.ts';
 import { freeSlotsOf } from './concurrency.ts';
 import { MATCH_PREDICATES, matchParams, type TaskMatch } from './replay.ts';
 import { CLAIMED_NOT_STARTED, countPendingOf, WAITING, type Now } from './tasks-shared.ts';
-import { LIVE_STATUSES } from './taskRows.ts';
 
-/** Statuses a task may have and still be cancelled (running only while claimed early, not started). */
-export const CANCELLABLE_STATUSES = LIVE_STATUSES;
+/**
+ * Statuses a task may show and still be cancelled, as the list shows them (a
+ * task claimed early and not started shows `queued`). The filter matches the
+ * shown status (MATCH_PREDICATES): stored, `queued` missed the tasks claimed
+ * early, which then ran, and `running` took them, which the list shows queued.
+ */
+export const CANCELLABLE_STATUSES = ['scheduled', 'queued'] as const;
 
 /**
  * The tenant's matching tasks of one arm of the not-started guard, up to $3

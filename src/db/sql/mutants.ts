@@ -710,6 +710,15 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/replay.test.ts'],
   },
   {
+    id: 'match-shown-status',
+    file: 'src/db/sql/replay.ts',
+    statement: 'tasks_cancel_matching_if_not_started, tasks_replay_terminal',
+    guard: 'the status filter matches the status the list shows (claimed early and not started: queued)',
+    find: `or \${shownStatusSql('t.')} = any($6::text[]))`,
+    replace: `or t.status = any($6::text[]))`,
+    tests: ['test/tasks/replay.test.ts'],
+  },
+  {
     id: 'trigger-get-tenant',
     file: 'src/db/sql/trigger.ts',
     statement: 'schedules_get_with_clock',

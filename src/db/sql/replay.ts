@@ -19,7 +19,7 @@ import { sql } from '../seam.ts';
 import { slotLimitsOf } from './concurrency.ts';
 import { FAIR_VTIME_OF_INPUT, KNOWN_QUEUES_OF_INPUT, pendingQuotaOf } from './tasks-enqueue.ts';
 import { countPendingOf } from './tasks-shared.ts';
-import { TASK_COLUMNS, TASK_COLUMNS_SHOWN, TERMINAL_STATUSES, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
+import { shownStatusSql, TASK_COLUMNS, TASK_COLUMNS_SHOWN, TERMINAL_STATUSES, taskFromRow, type Task, type TaskRow } from './taskRows.ts';
 
 type Now = Date | null | undefined;
 
@@ -55,11 +55,16 @@ export function matchParams(m: TaskMatch): unknown[] {
   ];
 }
 
-/** The filter's predicates over alias `t`, for $2 (tenant) and $4-$9 (matchParams). */
+/**
+ * The filter's predicates over alias `t`, for $2 (tenant) and $4-$9
+ * (matchParams). The status is the one the list shows (a task claimed early
+ * and not started is `queued`), so a bulk cancel of `queued` takes what the
+ * list calls queued.
+ */
 export const MATCH_PREDICATES = `t.tenant = $2::text
      and ($4::bigint[] is null or t.id = any($4::bigint[]))
      and ($5::text is null or t.queue = $5::text)
-     and ($6::text[] is null or t.status = any($6::text[]))
+     and ($6::text[] is null or ${shownStatusSql('t.')} = any($6::text[]))
      and ($7::text is null or t.task = $7::text)
      and ($8::timestamptz is null or t.created_at >= $8::timestamptz)
      and ($9::timestamptz is null or t.created_at < $9::timestamptz)`;
