@@ -7,8 +7,12 @@
 // same fenced finish the consumer uses (one statement for the whole batch,
 // only where the task is still `running` at the message's epoch). So an
 // at-least-once task retries after its backoff (or ends `dead` with its
-// attempts spent), and an at-most-once task ends `dead` (it was handed off
-// once and may have run; it is never handed off again). A task that moved on
+// attempts spent), and an at-most-once task that started ends `dead` (its
+// handler may have run; it is never handed off again). An at-most-once task
+// whose fenced start never committed ran no handler: the finish leaves it
+// running, and the reaper gives it back to `queued` with its attempt unspent
+// when its lease runs out, as for any sent task that never started
+// (README, Guarantees). A task that moved on
 // (finished, cancelled, reaped and claimed again) is left alone: the fence
 // holds. If the database is still unreachable the DLQ redelivers the batch;
 // past its own retries the reaper settles the task when its lease expires.
@@ -47,7 +51,10 @@ export async function settleDeadLetters(
       results: unique.map((m) => ({ id: m.id, epoch: m.epoch, outcome: 'failed' as const, error: DEAD_LETTER_ERROR, retryDelayMs: null })),
     });
     for (const f of finished) log.warn('dead-lettered task settled', { taskId: f.id, status: f.status });
-    for (const l of lost) log.info('dead-lettered message was stale; task left as it is', { taskId: l.id, epoch: l.epoch, currentStatus: l.currentStatus });
+    for (const l of lost) {
+      if (l.currentEpoch === l.epoch && l.currentStatus === 'running') log.warn('dead-lettered task never started; left for the reaper to requeue', { taskId: l.id, epoch: l.epoch });
+      else log.info('dead-lettered message was stale; task left as it is', { taskId: l.id, epoch: l.epoch, currentStatus: l.currentStatus });
+    }
     return {
       verdicts: bodies.map(() => 'ack'),
       settled: finished.map((f) => ({ id: f.id, status: f.status })),

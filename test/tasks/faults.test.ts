@@ -2,7 +2,9 @@
 // S1, S2, S3, S15): the task still reaches a terminal state, with the attempt
 // count the rules say, and never runs twice where that is promised.
 import { beforeEach, describe, expect, it } from 'vitest';
+import { settleDeadLetters } from '../../src/consume/dead-letters.ts';
 import { getTask } from '../../src/db/sql/tasks-read.ts';
+import { silentLogger } from '../../src/log.ts';
 import type { TaskInput } from '../../src/tasks/enqueue.ts';
 import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
 import { Crash, crashAt } from '../helpers/faults.ts';
@@ -253,6 +255,36 @@ describe('cut off in the consumer', () => {
     expect(stale.results).toEqual([]);
     expect(runs.get(id)).toBeUndefined();
     expect(await task(id)).toMatchObject({ status: 'queued', attempts: 0 });
+  });
+
+  it('at_most_once dead-lettered before its fenced start committed: not dead; the reaper requeues it, attempt unspent', async () => {
+    const id = await enqueue({ delivery: 'at_most_once' });
+    await h.sweep({ now: T0 });
+    const [old] = h.outbox.take();
+    // Every delivery failed before the start (the database unreachable) until the Queue dead-lettered the message.
+    const dlq = await settleDeadLetters({ db: t.db, log: silentLogger }, [old!.body], { now: at(60) });
+    expect(dlq).toMatchObject({ verdicts: ['ack'], settled: [], skipped: 1 });
+    expect(await task(id)).toMatchObject({ status: 'running', startedAt: null, finishedAt: null, epoch: 1 });
+
+    const reap = await h.sweep({ now: at(901) });
+    expect(reap.reaped).toEqual({ requeued: 1, retried: 0, dead: 0 });
+    const [fresh] = h.outbox.take();
+    await h.consume([old!.body, fresh!.body], { now: at(902) });
+    expect(await task(id)).toMatchObject({ status: 'succeeded', attempts: 1, epoch: 2 });
+    expect(runs.get(id)).toBe(1);
+    await expectOneCompletion(t.db);
+  });
+
+  it('at_most_once dead-lettered after its fenced start: dead, never handed off again', async () => {
+    const id = await enqueue({ delivery: 'at_most_once' });
+    await h.sweep({ now: T0 });
+    const [m] = h.outbox.take();
+    await expect(h.consume([m!.body], { now: T0, faults: crashAt('consume.after_start') })).rejects.toThrow(Crash);
+    const dlq = await settleDeadLetters({ db: t.db, log: silentLogger }, [m!.body], { now: at(60) });
+    expect(dlq.settled).toEqual([{ id, status: 'dead' }]);
+    expect(await task(id)).toMatchObject({ status: 'dead', attempts: 1 });
+    await h.drain({ now: at(3600) });
+    expect(h.outbox.messages).toEqual([]);
   });
 
   it('after the finish, before the acknowledgement: the redelivered message changes nothing', async () => {

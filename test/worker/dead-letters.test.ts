@@ -1,6 +1,7 @@
 // The dead-letter queue's consumer inside workerd: each dead-lettered message
 // is acknowledged and its task settled through the fenced finish; a stale or
-// malformed one changes nothing.
+// malformed one changes nothing, nor does one whose at-most-once task never
+// started (the reaper requeues it).
 import { createExecutionContext, createMessageBatch, getQueueResult, waitOnExecutionContext } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
@@ -48,7 +49,7 @@ async function deliverToDeadLetterQueue(bodies: unknown[]) {
 }
 
 describe('the dead-letter queue consumer', () => {
-  it('acknowledges every message and settles its task: at-least-once retries, at-most-once ends dead', async () => {
+  it('acknowledges every message and settles its task: at-least-once retries; at-most-once never started is left for the reaper', async () => {
     const { ids, messages } = await dispatchedTasks([{ maxAttempts: 3 }, { delivery: 'at_most_once' }, { maxAttempts: 1 }]);
     expect(messages).toHaveLength(3);
     const byId = new Map(messages.map((m) => [m.id, m]));
@@ -59,7 +60,9 @@ describe('the dead-letter queue consumer', () => {
     const [retried, atMostOnce, spent] = await Promise.all(ids.map((id) => getTask(id, TENANT)));
     expect(retried).toMatchObject({ status: 'scheduled', attempts: 1 });
     expect(retried.lastError).toMatch(/dead-lettered/);
-    expect(atMostOnce).toMatchObject({ status: 'dead', attempts: 1 });
+    // Its fenced start never committed, so no handler ran: not dead; still
+    // claimed (shown waiting) until the reaper gives it back, attempt unspent.
+    expect(atMostOnce).toMatchObject({ status: 'queued', lastError: null, finishedAt: null });
     expect(spent).toMatchObject({ status: 'dead', attempts: 1 });
   });
 

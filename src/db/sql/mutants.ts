@@ -719,6 +719,26 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/replay.test.ts'],
   },
   {
+    id: 'finish-never-started-at-most-once',
+    file: FENCE,
+    statement: 'tasks_finish_if_running',
+    guard: 'a failure of an at-most-once task that never started is left running for the reaper, not dead',
+    find: `when r.outcome = 'failed' and t.delivery = 'at_most_once' and t.started_at is null then null`,
+    replace: `when r.outcome = 'failed' and t.delivery = 'at_most_once' and t.started_at is null then 'dead'`,
+    tests: ['test/tasks/faults.test.ts'],
+  },
+  {
+    id: 'finish-left-running',
+    file: FENCE,
+    statement: 'tasks_finish_if_running',
+    guard: 'a result left undecided (never started, at most once) is not written',
+    find: `t.lease_epoch = d.epoch and t.status = 'running'
+       and d.next_status is not null`,
+    replace: `t.lease_epoch = d.epoch and t.status = 'running'
+       and true`,
+    tests: ['test/tasks/faults.test.ts'],
+  },
+  {
     id: 'trigger-get-tenant',
     file: 'src/db/sql/trigger.ts',
     statement: 'schedules_get_with_clock',

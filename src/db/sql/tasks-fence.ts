@@ -367,8 +367,9 @@ export interface FinishedTask {
  * Fenced finish for a whole batch: writes each result only where the epoch
  * still matches and the task is still `running`. A failure retries (back to
  * `scheduled`, run_at pushed out by the backoff) while attempts remain and the
- * task is at-least-once; otherwise it is `dead`. Results that lost the fence
- * come back, never applied.
+ * task is at-least-once; otherwise it is `dead`, except an at-most-once task
+ * that never started, which is left running for the reaper. Results that lost
+ * the fence, or were so left, come back, never applied.
  */
 const tasksFinishIfRunning = sql(
   'tasks_finish_if_running',
@@ -395,6 +396,12 @@ const tasksFinishIfRunning = sql(
    decided as (
      select r.*, t.started_at as attempt_started_at, case
               when r.outcome = 'succeeded' then 'succeeded'
+              -- Guard never_started_at_most_once: a failure reported for an
+              -- at-most-once task whose fenced start never committed (only
+              -- the dead-letter consumer reports one) is not an attempt: no
+              -- handler ran. Left running, the reaper gives it back to
+              -- \`queued\` with its attempt unspent.
+              when r.outcome = 'failed' and t.delivery = 'at_most_once' and t.started_at is null then null
               when r.outcome = 'failed' and t.delivery = 'at_least_once' and t.attempts < t.max_attempts then 'scheduled'
               else 'dead'
             end as next_status
@@ -420,6 +427,7 @@ const tasksFinishIfRunning = sql(
        updated_at = clock.now
      from decided d, clock
      where t.id = any($2::bigint[]) and t.id = d.id and t.lease_epoch = d.epoch and t.status = 'running'
+       and d.next_status is not null
      -- The finish leaves attempts as they were, and started_at too unless it retries.
      returning t.id, t.status, t.run_at, t.attempts, d.epoch, d.outcome, d.timed_out,
                case when t.status = 'scheduled' then d.attempt_started_at else t.started_at end as attempt_started_at,
