@@ -51,10 +51,16 @@ export function firstRunAt(s: Parameters<typeof specOf>[0], now: Date): Date | n
   return nextFireTime(specOf(s), s.kind === 'interval' ? now : new Date(now.getTime() - 1));
 }
 
+/** Whether two definitions fire at the same times (kind, expression, zone, rhythm and anchor). */
+function sameTiming(a: Parameters<typeof specOf>[0], b: Parameters<typeof specOf>[0]): boolean {
+  return JSON.stringify(specOf(a)) === JSON.stringify(specOf(b));
+}
+
 /**
  * Creates or replaces the schedule `name`. Idempotent: the same body twice
  * leaves the same schedule. A replacement changes future occurrences only;
- * an interval keeps its rhythm unless the interval itself changed.
+ * an interval keeps its rhythm unless the interval itself changed, and a fire
+ * time already due is kept unless the timing changed.
  */
 export async function putSchedule(
   deps: ScheduleDeps,
@@ -129,6 +135,12 @@ export async function putSchedule(
       enabled: input.enabled ?? true,
       nextRunAt: firstRunAt({ ...spec, anchor }, clock),
     };
+    // due_fire_kept: a replacement that keeps the timing keeps a fire time
+    // already due and not yet materialized (the sweep is late), so a retried
+    // PUT loses no fire; the materializer applies the misfire policy to it.
+    if (existing?.enabled && write.enabled && existing.nextRunAt && existing.nextRunAt <= clock && sameTiming(existing, { ...spec, anchor })) {
+      write.nextRunAt = existing.nextRunAt;
+    }
     // Occurrences the look-ahead planned under the old definition give way to the new one.
     if (existing) await withdrawPlannedOccurrences(tx, { now, tenant, name });
     return upsertSchedule(tx, write, now);

@@ -45,6 +45,43 @@ describe('PUT /v1/schedules/:name', () => {
     expect(count[0]!.n).toBe(1);
   });
 
+  it('a replacement while a fire time is due and not yet materialized: the same timing keeps it, a new timing starts from now', async () => {
+    const h = createHarness(t.db);
+    const fired = async (name: string) =>
+      (
+        await t.db.query<{ at: Date }>(
+          `select t.scheduled_for as at from tasks t join schedules s on s.id = t.schedule_id where s.name = $1 order by 1`,
+          [name],
+        )
+      ).map((r) => r.at.toISOString());
+    for (const [name, timing] of [
+      ['c', { cron: '*/5 * * * *' }],
+      ['i', { interval: 300 }],
+    ] as const) {
+      api.setNow(new Date(T0.getTime() - ('interval' in timing ? 300_000 : 290_000))); // the first fire is T0
+      expect((await api.admin('PUT', `/v1/schedules/${name}`, { ...as('acme'), body: { task: 'noop', ...timing } })).body.nextRunAt).toBe(
+        T0.toISOString(),
+      );
+      // 20 s past T0 and no sweep since: the client retries its PUT, with a new payload.
+      api.setNow(new Date(T0.getTime() + 20_000));
+      const again = await api.admin('PUT', `/v1/schedules/${name}`, { ...as('acme'), body: { task: 'noop', payload: { v: 2 }, ...timing } });
+      expect(again.body.nextRunAt, name).toBe(T0.toISOString());
+      await h.sweep({ now: new Date(T0.getTime() + 25_000) });
+      expect(await fired(name), name).toEqual([T0.toISOString()]);
+      const [occurrence] = await t.db.query<{ payload: unknown }>(
+        `select t.payload from tasks t join schedules s on s.id = t.schedule_id where s.name = $1`,
+        [name],
+      );
+      expect(occurrence!.payload).toEqual({ v: 2 });
+    }
+    // A new timing while its old fire is due: the old fire time is not kept.
+    api.setNow(new Date(T0.getTime() - 290_000));
+    await api.admin('PUT', '/v1/schedules/n', { ...as('acme'), body: { task: 'noop', cron: '*/5 * * * *' } });
+    api.setNow(new Date(T0.getTime() + 20_000));
+    const moved = await api.admin('PUT', '/v1/schedules/n', { ...as('acme'), body: { task: 'noop', cron: '*/7 * * * *' } });
+    expect(moved.body.nextRunAt).toBe('2026-12-01T12:07:00.000Z');
+  });
+
   it('answers 400 naming the field for invalid specs, and stores nothing', async () => {
     const cases: [Record<string, unknown>, string][] = [
       [{ cron: 'every monday' }, 'cron'],
