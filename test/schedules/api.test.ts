@@ -193,6 +193,39 @@ describe('reading and managing schedules', () => {
     ]);
   });
 
+  it('pausing a schedule while an occurrence runs: that attempt finishes and, failing, its retries still run until the task is cancelled', async () => {
+    let runs = 0;
+    const flaky = defineTask('flaky', z.object({}).default({}), async () => {
+      runs += 1;
+      throw new Error('boom');
+    });
+    api = createTestApi(t.db, { handlers: [flaky] });
+    api.setNow(new Date(T0.getTime() - 30_000));
+    await api.admin('PUT', '/v1/schedules/once', { ...as('acme'), body: { task: 'flaky', at: T0.toISOString(), maxAttempts: 5, backoff: { base: 1, max: 1 } } });
+    const h = createHarness(t.db, { handlers: [flaky] });
+    await h.sweep({ now: T0 });
+    const sent = h.outbox.take();
+    await h.consume(
+      sent.map((m) => m.body),
+      {
+        now: T0,
+        faults: async (point) => {
+          // The handler has started: the schedule is paused now.
+          if (point === 'consume.after_start') expect((await api.admin('POST', '/v1/schedules/once/pause', as('acme'))).status).toBe(200);
+        },
+      },
+    );
+    expect(runs).toBe(1);
+    await h.sweep({ now: new Date(T0.getTime() + 2_000) });
+    await h.consume(h.outbox.take().map((m) => m.body), { now: new Date(T0.getTime() + 2_000) });
+    expect(runs).toBe(2);
+    const id = sent[0]!.body.id;
+    expect((await api.admin('DELETE', `/v1/tasks/${id}`, as('acme'))).status).toBe(200);
+    await h.drain({ now: new Date(T0.getTime() + 60_000) });
+    expect(runs).toBe(2);
+    expect((await api.admin('GET', `/v1/tasks/${id}`, as('acme'))).body).toMatchObject({ status: 'cancelled', attempts: 2 });
+  });
+
   it('deleting a schedule cancels its occurrences that have not started', async () => {
     await api.admin('PUT', '/v1/schedules/soon', { ...as('acme'), body: { task: 'noop', interval: 60 } });
     const h = createHarness(t.db);
