@@ -87,14 +87,16 @@ describe('idempotency keys', () => {
       ],
     });
     const [a] = await flaky.enqueue(
-      { task: 'flaky', payload: { v: 1 }, idempotencyKey: 'ran', maxAttempts: 3, backoff: { base: 600, max: 600 } },
+      { task: 'flaky', payload: { v: 1 }, idempotencyKey: 'ran', queue: 'retrying', maxAttempts: 3, backoff: { base: 600, max: 600 } },
       { now: T0 },
     );
     await flaky.sweep({ now: T0 });
     await flaky.consume(flaky.outbox.take().map((m) => m.body), { now: T0 });
+    // Its retry (full jitter: any time in the next 600 s) is left alone by the sweeps below.
+    await t.db.query(`update queues set paused = true where name = 'retrying'`);
     const failed = (await getTask(t.db, 'acme', a!.task!.id))!;
     expect(failed).toMatchObject({ status: 'scheduled', attempts: 1 });
-    const [again] = await flaky.enqueue({ task: 'flaky', payload: { v: 2 }, idempotencyKey: 'ran', delay: 5000 }, { now: T0 });
+    const [again] = await flaky.enqueue({ task: 'flaky', payload: { v: 2 }, idempotencyKey: 'ran', queue: 'retrying', delay: 5000 }, { now: T0 });
     expect(again!.outcome).toBe('deduplicated');
     expect(again!.task).toEqual(failed);
     expect(await getTask(t.db, 'acme', a!.task!.id)).toEqual(failed);
