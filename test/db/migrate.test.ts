@@ -278,6 +278,16 @@ describe('migrate', () => {
     await expect(db.query(`update tenants set weight = 0.0005 where tenant = 'big'`)).rejects.toThrow(/tenants_weight_range/);
     await db.close();
   });
+
+  it("0033 (the concurrency key's waiting tasks) indexes the waiting keyed tasks of tasks in every status and drops the index of them all", async () => {
+    const { db, migrations } = await dbBefore('0033_');
+    await insertTasksInEveryStatus(db);
+    await db.query(`update tasks set concurrency_key = 'k', concurrency_limit = 1`);
+    await migrate(db, migrations);
+    expect(await betaThrough(db, 'tasks_concurrency_key_waiting_idx', `concurrency_key = 'k' and status in ('scheduled', 'queued')`)).toBe(6);
+    expect(await db.query(`select count(*)::int as n from pg_class where relname = 'tasks_concurrency_key_idx'`)).toEqual([{ n: 0 }]);
+    await db.close();
+  });
 });
 
 /** Counts tenant beta's tasks matching `predicate`, with sequential and bitmap scans off; the plan must read `index`. */

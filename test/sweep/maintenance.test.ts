@@ -76,7 +76,7 @@ describe('idle flow-control keys (issue 16)', () => {
     expect(await slotKeys()).toEqual(['k:2', 'later:1']);
     expect(await frees()).toBeGreaterThan(0);
 
-    // Finished tasks of the key are still kept (retention): so is the key.
+    // Finished tasks of the key are still kept (retention): nothing asks about the key yet.
     expect((await h.sweep({ now: at(30) })).flowKeysPurged).toEqual({ slots: 0, rates: 0 });
     expect(await slotKeys()).toEqual(['k:2', 'later:1']);
 
@@ -108,6 +108,25 @@ describe('idle flow-control keys (issue 16)', () => {
     expect(swept.purged).toBe(1);
     expect(swept.flowKeysPurged).toEqual({ slots: 0, rates: 0 });
     expect(await slotKeys()).toEqual(['k:2']);
+  });
+
+  it("keeps a key's slot row while a task of the key holds a slot, though nothing of it waits and the purge deleted the key's others", async () => {
+    h = createHarness(t.db, { config: { retentionSeconds: 60 } });
+    await h.enqueue({ task: 'noop', concurrency: { key: 'k', limit: 1 } }, { now: T0 });
+    await h.drain({ now: T0 });
+    // The key's next task holds its slot (claimed and sent; its message is held here).
+    await h.enqueue({ task: 'noop', concurrency: { key: 'k', limit: 1 } }, { now: at(50) });
+    expect((await h.sweep({ now: at(50) })).purged).toBe(0);
+    const [long] = h.outbox.take();
+    const swept = await h.sweep({ now: at(120) });
+    expect(swept.purged).toBe(1);
+    expect(swept.flowKeysPurged).toEqual({ slots: 0, rates: 0 });
+    expect(await slotKeys()).toEqual(['k:1']);
+    // The limit still holds: a third task waits for the running one.
+    await h.enqueue({ task: 'noop', concurrency: { key: 'k', limit: 1 } }, { now: at(121) });
+    expect((await h.sweep({ now: at(121) })).claimed).toBe(0);
+    await h.consume([long!.body], { now: at(122) });
+    expect((await h.sweep({ now: at(122) })).claimed).toBe(1);
   });
 
   it('skips what others hold: a slot row or a rate line a claim or start has locked, and a key whose free a claim has taken', async () => {

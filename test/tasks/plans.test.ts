@@ -425,10 +425,10 @@ describe('the purge of idle concurrency keys beside many keys in use', () => {
     await t.db.query(
       `insert into concurrency_slots (tenant, key, max_running) select 'acme', 'user-' || i, 1 from generate_series(1, 2000) i`,
     );
-    // Every key but user-1 keeps a finished task.
+    // Every key but user-1 keeps a waiting task.
     await t.db.query(
-      `insert into tasks (tenant, task, status, run_at, finished_at, concurrency_key, concurrency_limit)
-       select 'acme', 'noop', 'succeeded', $1::timestamptz, $1::timestamptz, 'user-' || i, 1 from generate_series(2, 2000) i`,
+      `insert into tasks (tenant, task, status, run_at, concurrency_key, concurrency_limit)
+       select 'acme', 'noop', 'scheduled', $1::timestamptz + interval '1 day', 'user-' || i, 1 from generate_series(2, 2000) i`,
       [T0],
     );
     await t.db.query('analyze tasks');

@@ -123,18 +123,24 @@ export interface FlowKey {
   key: string;
 }
 
+/** A task of the key still waits for a slot (tasks_concurrency_key_waiting_idx's predicate). */
+const WAITING_OF_KEY = `t.status in ('scheduled', 'queued')`;
+
 /**
- * Step 1 of the purge of idle keys (migration 0022): locks the slot rows of
- * the candidate keys (`$2`, `$3`) that have no task left, SKIP LOCKED (a
- * claim or an enqueue holding the row is using the key). This statement's
- * snapshot may predate an enqueue that committed since; step 2 checks again
- * under the locks.
+ * Step 1 of the purge of idle keys (migrations 0022, 0033): locks the slot
+ * rows of the candidate keys (`$2`, `$3`) that are idle, SKIP LOCKED (a
+ * claim or an enqueue holding the row is using the key). idle_key: nothing
+ * of the key runs (the row's running count is all freed: each task leaving
+ * `running` writes a free) and nothing waits (no scheduled or queued task,
+ * asked of tasks_concurrency_key_waiting_idx). This statement's snapshot may
+ * predate an enqueue that committed since; step 2 checks again under the
+ * locks.
  *
  * idle_slots_from_candidates: the candidates are the keys of the tasks the
- * sweep's purge just deleted, the only way a key loses its last task in
- * steady state. Asked of every slot row, the check read every key's row and
- * hashed every keyed task each busy sweep (69 ms at 100,000 keys of one task
- * each). A key whose last task went otherwise (a schedule's pause withdrew
+ * sweep's purge just deleted (finished past retention: their key is idle
+ * unless newer tasks use it). Asked of every slot row, the check read every
+ * key's row and hashed every keyed task each busy sweep (69 ms at 100,000
+ * keys of one task each). A key whose last task went otherwise (a schedule's pause withdrew
  * it) or whose row was locked when its last task went keeps an idle row,
  * running nothing, until the key is used again. Each candidate is looked up
  * by the primary key in a lateral of its own: joined to the unnest, the
@@ -148,7 +154,8 @@ const slotsLockIdle = sql(
    cross join lateral (
      select s.tenant, s.key from concurrency_slots s
      where s.tenant = c.tenant and s.key = c.key
-       and not exists (select 1 from tasks t where t.tenant = s.tenant and t.concurrency_key = s.key)
+       and s.running <= (select coalesce(sum(f.n), 0) from concurrency_frees f where f.tenant = s.tenant and f.key = s.key)
+       and not exists (select 1 from tasks t where t.tenant = s.tenant and t.concurrency_key = s.key and ${WAITING_OF_KEY})
      for update of s skip locked
    ) l
    limit $1::int`,
@@ -163,12 +170,15 @@ export async function lockIdleSlots(q: Queryable, p: { limit: number; keys: read
  * Step 2, in the same transaction with a fresh snapshot: every enqueue or
  * claim that wrote a locked slot row committed before step 1 took it (later
  * ones wait for this transaction), so a task of the key committed by then is
- * seen here. Deletes the locked slot rows whose key still has no task, with
- * their frees: with no task of the key nothing holds a slot (the count and
- * the ledger are moot), and the next enqueue writes its limit afresh, as on
- * first use. The frees are taken SKIP LOCKED (a claim locks them before it
- * waits for the slot row this transaction holds); a key with a free taken by
- * someone else is kept for a later purge.
+ * seen here, and the row's running count is final. Deletes the locked slot
+ * rows whose key is still idle (its running count equals the frees taken
+ * here, and no task of it waits), with those frees: nothing holds a slot,
+ * and the next enqueue writes its limit afresh, as on first use. A free
+ * committed after this snapshot cannot come: only a running task writes
+ * one, and none is left. The frees are taken SKIP LOCKED (a claim locks them
+ * before it waits for the slot row this transaction holds); a key with a
+ * free taken by someone else is kept for a later purge: its running count
+ * exceeds the frees taken here (the frees never exceed the count).
  *
  * Also a bounded batch of rate rows (rate_limits, the claim line) and of
  * start lines (rate_start_lines, migration 0023) whose line is more than $2
@@ -185,14 +195,13 @@ const flowControlPurgeIdle = sql(
   'flow_control_purge_idle',
   `with locked as (select * from unnest($4::text[], $5::text[]) as k(tenant, key)),
    frees as (
-     select f.id, f.tenant, f.key from concurrency_frees f join locked k on k.tenant = f.tenant and k.key = f.key
+     select f.id, f.tenant, f.key, f.n from concurrency_frees f join locked k on k.tenant = f.tenant and k.key = f.key
      for update of f skip locked
    ),
    idle_slots as (
-     select k.tenant, k.key from locked k
-     where not exists (select 1 from tasks t where t.tenant = k.tenant and t.concurrency_key = k.key)
-       and not exists (select 1 from concurrency_frees f
-                       where f.tenant = k.tenant and f.key = k.key and f.id not in (select id from frees))
+     select k.tenant, k.key from locked k join concurrency_slots s on s.tenant = k.tenant and s.key = k.key
+     where s.running = (select coalesce(sum(x.n), 0) from frees x where x.tenant = k.tenant and x.key = k.key)
+       and not exists (select 1 from tasks t where t.tenant = k.tenant and t.concurrency_key = k.key and ${WAITING_OF_KEY})
    ),
    slots_purged as (
      delete from concurrency_slots s using idle_slots i
@@ -235,7 +244,7 @@ const flowControlPurgeIdle = sql(
 
 /**
  * Forgets flow-control keys left idle (issue 16): slot rows (and their frees)
- * of keys with no task left, and rate rows whose lines are past by the
+ * of keys with nothing running or waiting, and rate rows whose lines are past by the
  * retention. At most `limit` of each; one transaction of two statements.
  */
 export async function purgeIdleFlowControl(

@@ -1622,9 +1622,9 @@ export const mutants: Mutant[] = [
     statement: 'concurrency_slots_lock_idle',
     guard: 'idle_slots_from_candidates: only the keys of the tasks just deleted are asked about',
     find: `     where s.tenant = c.tenant and s.key = c.key
-       and not exists`,
+       and s.running <=`,
     replace: `     where (c.tenant, c.key) is not null
-       and not exists`,
+       and s.running <=`,
     tests: ['test/tasks/plans.test.ts'],
   },
   {
@@ -1895,17 +1895,44 @@ export const mutants: Mutant[] = [
     id: 'flow-purge-slot-no-task',
     file: CONCURRENCY,
     statement: 'concurrency_slots_lock_idle, flow_control_purge_idle',
-    guard: "a key's slot row is forgotten only once none of its tasks is left (checked in both steps)",
-    find: `and not exists (select 1 from tasks t where t.tenant = s.tenant and t.concurrency_key = s.key)`,
+    guard: "a key's slot row is forgotten only once none of its tasks waits (checked in both steps)",
+    find: `and not exists (select 1 from tasks t where t.tenant = s.tenant and t.concurrency_key = s.key and \${WAITING_OF_KEY})`,
     replace: `and true`,
     also: [
       {
         file: CONCURRENCY,
-        find: `where not exists (select 1 from tasks t where t.tenant = k.tenant and t.concurrency_key = k.key)`,
-        replace: `where true`,
+        find: `and not exists (select 1 from tasks t where t.tenant = k.tenant and t.concurrency_key = k.key and \${WAITING_OF_KEY})`,
+        replace: `and true`,
       },
     ],
     tests: ['test/sweep/maintenance.test.ts'],
+  },
+  {
+    id: 'flow-purge-slot-none-running',
+    file: CONCURRENCY,
+    statement: 'concurrency_slots_lock_idle, flow_control_purge_idle',
+    guard: "idle_key: a key's slot row is forgotten only once nothing of it runs, its running count all freed (checked in both steps)",
+    find: `and s.running <= (select coalesce(sum(f.n), 0) from concurrency_frees f where f.tenant = s.tenant and f.key = s.key)`,
+    replace: ``,
+    also: [
+      {
+        file: CONCURRENCY,
+        find: `where s.running = (select coalesce(sum(x.n), 0) from frees x where x.tenant = k.tenant and x.key = k.key)
+       and not exists`,
+        replace: `where not exists`,
+      },
+    ],
+    tests: ['test/sweep/maintenance.test.ts'],
+  },
+  {
+    id: 'flow-waiting-index',
+    file: 'migrations/0033_concurrency_key_waiting.sql',
+    statement: 'tasks_concurrency_key_waiting_idx',
+    guard: "the index answers the purge's waiting check (without it, the check reads the key's tasks another way)",
+    find: `create index if not exists tasks_concurrency_key_waiting_idx on tasks (tenant, concurrency_key)
+  where concurrency_key is not null and status in ('scheduled', 'queued');`,
+    replace: `select 1;`,
+    tests: ['test/tasks/plans.test.ts'],
   },
   {
     id: 'flow-purge-slot-skip-locked',
@@ -1923,16 +1950,6 @@ export const mutants: Mutant[] = [
     guard: 'skip locked: frees a claim holds are left alone',
     find: `for update of f skip locked`,
     replace: `for update of f`,
-    tests: ['test/sweep/maintenance.test.ts'],
-  },
-  {
-    id: 'flow-purge-frees-all-taken',
-    file: CONCURRENCY,
-    statement: 'flow_control_purge_idle',
-    guard: 'a key with a free someone else holds is kept (no free outlives its slot row)',
-    find: `and not exists (select 1 from concurrency_frees f
-                       where f.tenant = k.tenant and f.key = k.key and f.id not in (select id from frees))`,
-    replace: ``,
     tests: ['test/sweep/maintenance.test.ts'],
   },
   {
