@@ -140,9 +140,9 @@ const WAITING_OF_KEY = `t.status in ('scheduled', 'queued')`;
  * sweep's purge just deleted (finished past retention: their key is idle
  * unless newer tasks use it). Asked of every slot row, the check read every
  * key's row and hashed every keyed task each busy sweep (69 ms at 100,000
- * keys of one task each). A key whose last task went otherwise (a schedule's pause withdrew
- * it) or whose row was locked when its last task went keeps an idle row,
- * running nothing, until the key is used again. Each candidate is looked up
+ * keys of one task each). A key whose last task went otherwise (a
+ * schedule's pause withdrew it) or whose row was locked when its last task
+ * went keeps an idle row, running nothing, until the key is used again. Each candidate is looked up
  * by the primary key in a lateral of its own: joined to the unnest, the
  * planner read the slot table whole (custom) or rescanned the candidates for
  * every slot row (generic).
