@@ -57,6 +57,7 @@ describe('PUT /v1/schedules/:name', () => {
     for (const [name, timing] of [
       ['c', { cron: '*/5 * * * *' }],
       ['i', { interval: 300 }],
+      ['r', { recurrence: { every: 5, unit: 'minutes', start: T0.toISOString() } }],
     ] as const) {
       api.setNow(new Date(T0.getTime() - ('interval' in timing ? 300_000 : 290_000))); // the first fire is T0
       expect((await api.admin('PUT', `/v1/schedules/${name}`, { ...as('acme'), body: { task: 'noop', ...timing } })).body.nextRunAt).toBe(
