@@ -75,7 +75,7 @@ export function createKicker(options: {
     if (!(await isClaimFree(deps.db, queue))) return { claimed: 0, picked: 0, busy: true };
     const workerId = `kick:${crypto.randomUUID()}`;
     const sweepDeps = { db: deps.db, config: deps.config, sender: deps.sender, log: deps.log, workerId };
-    const { claimed, parked } = await claimTasks(deps.db, {
+    const { claimed, held } = await claimTasks(deps.db, {
       now: deps.now,
       queue,
       limit: deps.config.sweepBatchSize,
@@ -84,8 +84,8 @@ export function createKicker(options: {
       lookaheadSeconds: deps.config.lookaheadSeconds,
     });
     await sendClaimed(sweepDeps, queue, claimed, deps.now);
-    // Tasks parked over a concurrency limit (issue 16) fill the batch too: a full one looks again.
-    return { claimed: claimed.length, picked: claimed.length + parked, busy: false };
+    // Tasks held back by a concurrency or rate limit (issue 16) fill the batch too: a full one looks again.
+    return { claimed: claimed.length, picked: claimed.length + held, busy: false };
   }
 
   async function run(queue: string, state: QueueState): Promise<void> {

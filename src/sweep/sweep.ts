@@ -72,8 +72,8 @@ export interface SweepCounts extends DispatchCounts {
 const MARK_REAPER_MARGIN_SECONDS = 3600;
 
 /** Claims one batch of a queue, sends it (in chunks the Queue accepts), marks it dispatched. */
-async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts & { parked: number }> {
-  const { claimed, parked } = await claimTasks(deps.db, {
+async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts & { held: number }> {
+  const { claimed, held } = await claimTasks(deps.db, {
     now,
     queue,
     limit: deps.config.sweepBatchSize,
@@ -81,7 +81,7 @@ async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promis
     leaseSeconds: deps.config.claimLeaseSeconds,
     lookaheadSeconds: deps.config.lookaheadSeconds,
   });
-  return { ...(await sendClaimed(deps, queue, claimed, now)), parked };
+  return { ...(await sendClaimed(deps, queue, claimed, now)), held };
 }
 
 /** Sends claimed tasks to the Queue and marks them dispatched; on a failed send, gives the claims back. */
@@ -127,7 +127,7 @@ export async function sendClaimed(deps: SweepDeps, queue: string, claimed: Claim
 }
 
 /**
- * Whether a claim that picked `picked` tasks (claimed or parked) found a
+ * Whether a claim that picked `picked` tasks (claimed or held back) found a
  * backlog, so its queue is claimed again at once (the dispatch pass, the
  * kick's rounds, the pumps): a batch of SWEEP_BATCH_SIZE, or at least one
  * sendBatch's worth (100). Not the whole 500: under a steady 2,000 enqueues/s
@@ -175,9 +175,9 @@ export async function dispatchRunnable(
       total.dispatched += c.dispatched;
       total.released += c.released;
       total.lost += c.lost;
-      // A backlog (parked tasks count: they left the runnable index, and the
-      // queue may hold more runnable work behind them): this queue again.
-      if (isBacklog(deps.config, c.claimed + c.parked)) next.push(queue);
+      // A backlog (tasks held back by a limit count: the queue may hold more
+      // runnable work behind them): this queue again.
+      if (isBacklog(deps.config, c.claimed + c.held)) next.push(queue);
     }
     if (next.length > 0 && options.onBacklog) {
       await options.onBacklog();

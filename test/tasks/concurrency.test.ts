@@ -3,8 +3,9 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Db } from '../../src/db/seam.ts';
+import { claimTasks } from '../../src/db/sql/tasks-dispatch.ts';
 import { cancelTaskIfNotStarted, getTask } from '../../src/db/sql/tasks-read.ts';
-import { setQueuePaused } from '../../src/db/sql/tenants.ts';
+import { setQueuePaused, setTenantWeight } from '../../src/db/sql/tenants.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
 import { cancelMatching } from '../../src/tasks/bulkCancel.ts';
 import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
@@ -52,6 +53,23 @@ async function expectSlotMatches(tenant: string, key: string): Promise<number> {
   expect(row!.counted).toBe(row!.actual);
   return row!.actual;
 }
+
+/**
+ * One plain task of acme enqueued after the keyed ones (due `delay` s from
+ * now) and claimed: the claim passes over the full key's waiting tasks to
+ * reach it, and parks them.
+ */
+async function passOver(now: Date, delay = 0): Promise<void> {
+  await h.enqueue({ task: 'slow', delay }, { now });
+  expect((await h.sweep({ now })).claimed).toBe(1);
+}
+
+const parkedCount = async () =>
+  (await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status = 'queued' and parked`))[0]!.n;
+
+/** The row version (xmin) of each task waiting in the queue. */
+const waitingVersions = async () =>
+  t.db.query<{ id: string; v: string }>(`select id::text, xmin::text as v from tasks where status = 'queued' order by id`);
 
 describe('concurrency limits', () => {
   let extra: Db[] = [];
@@ -103,20 +121,20 @@ describe('concurrency limits', () => {
     expect(order!.beta.getTime()).toBeLessThanOrEqual(order!.partner20.getTime());
   }, 120_000);
 
-  it('parks the tasks over the limit out of the runnable index; a finish frees its slot and wakes one', async () => {
+  it('leaves the tasks over the limit runnable and unwritten while nothing waits behind them; a finish frees the slots for the next claim', async () => {
     await h.enqueue(Array.from({ length: 5 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 2 } })), { now: T0 });
     const first = await h.sweep({ now: T0 });
     expect(first.claimed).toBe(2);
-    const parked = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where parked and status = 'queued'`);
-    expect(parked[0]!.n).toBe(3);
+    const held = await waitingVersions();
+    expect(held).toHaveLength(3);
+    expect(await parkedCount()).toBe(0);
     expect(await expectSlotMatches('acme', 'k')).toBe(2);
-    // A second sweep claims nothing: the parked tasks are not even picked.
+    // A second sweep claims nothing, and writes none of them.
     expect((await h.sweep({ now: at(1) })).claimed).toBe(0);
+    expect(await waitingVersions()).toEqual(held);
 
     await h.consume(h.outbox.take().map((m) => m.body), { now: at(2) });
     expect(await expectSlotMatches('acme', 'k')).toBe(0);
-    const woken = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where not parked and status = 'queued'`);
-    expect(woken[0]!.n).toBe(2);
     expect((await h.sweep({ now: at(3) })).claimed).toBe(2);
     await h.drain({ now: at(4) });
     await h.drain({ now: at(5) });
@@ -125,17 +143,98 @@ describe('concurrency limits', () => {
     expect(done[0]!.n).toBe(5);
   });
 
+  it('does not park the tasks of a full key that wait behind the work a claim takes', async () => {
+    await h.enqueue(Array.from({ length: 3 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 1 } })), { now: T0 });
+    expect((await h.sweep({ now: T0 })).claimed).toBe(1);
+    const held = await waitingVersions();
+    // A tenant of weight 10 enqueues after the claim: its task's virtual time
+    // comes before the key's two waiting tasks.
+    await setTenantWeight(t.db, { queue: 'default', tenant: 'beta', weight: 10 });
+    await h.enqueue({ task: 'slow' }, { now: T0, tenant: 'beta' });
+    const [order] = await t.db.query<{ first: string }>(`select tenant as first from tasks where status = 'queued' order by vtime, id limit 1`);
+    expect(order!.first).toBe('beta');
+    expect((await h.sweep({ now: T0 })).claimed).toBe(1);
+    expect(await parkedCount()).toBe(0);
+    expect(await waitingVersions()).toEqual(held);
+  });
+
+  it("a claim passes over a full key's task another transaction holds, without waiting for it", async () => {
+    await h.enqueue(Array.from({ length: 2 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 1 } })), { now: T0 });
+    expect((await h.sweep({ now: T0 })).claimed).toBe(1);
+    const [waiting] = await t.db.query<{ id: string }>(`select id::text from tasks where status = 'queued'`);
+    const other = await t.open({ maxConnections: 1 });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    const holder = other.transaction(async (tx) => {
+      await tx.query(`select 1 from tasks where id = $1::bigint for update`, [waiting!.id]);
+      locked();
+      await held;
+    });
+    await isLocked;
+    await h.enqueue({ task: 'slow' }, { now: T0 });
+    const swept = h.sweep({ now: T0 });
+    const first = await Promise.race([swept.then((c) => c.claimed), pause(5000).then(() => 'waited for the lock')]);
+    release();
+    await holder;
+    await swept;
+    await other.close();
+    expect(first).toBe(1);
+    expect(await parkedCount()).toBe(0);
+  });
+
+  it('parks the tasks of a full key a claim passes over to reach other work; a finish frees a slot and wakes one', async () => {
+    await h.enqueue(Array.from({ length: 5 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 2 } })), { now: T0 });
+    expect((await h.sweep({ now: T0 })).claimed).toBe(2);
+    await passOver(T0);
+    expect(await parkedCount()).toBe(3);
+    expect(await expectSlotMatches('acme', 'k')).toBe(2);
+
+    await h.consume(h.outbox.take().map((m) => m.body), { now: at(2) });
+    expect(await expectSlotMatches('acme', 'k')).toBe(0);
+    expect(await parkedCount()).toBe(1);
+    expect((await h.sweep({ now: at(3) })).claimed).toBe(2);
+    await h.drain({ now: at(4) });
+    await h.drain({ now: at(5) });
+    const done = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status = 'succeeded'`);
+    expect(done[0]!.n).toBe(6);
+  });
+
+  it("a claim choosing by priority keeps the tenant's virtual times when its key holds a chosen task back, and passes over the full key next", async () => {
+    await h.enqueue(Array.from({ length: 2 }, () => ({ task: 'slow' })), { now: T0 });
+    await h.enqueue(Array.from({ length: 3 }, () => ({ task: 'slow', priority: 10, concurrency: { key: 'k', limit: 1 } })), { now: T0 });
+    const vtimes = async () =>
+      (await t.db.query<{ v: string }>(`select vtime::text as v from tasks where status in ('queued', 'running') order by vtime, id`)).map((r) => r.v);
+    const before = await vtimes();
+    expect(before).toHaveLength(5);
+    // The batch's two slots go to two keyed tasks by priority: one takes the
+    // key's slot, the other is held back with the second slot's vtime.
+    const claim = await claimTasks(t.db, { now: T0, queue: 'default', limit: 2, claimedBy: 'test', leaseSeconds: 60 });
+    expect(claim.claimed).toHaveLength(1);
+    expect(claim.held).toBe(1);
+    expect(await vtimes()).toEqual(before);
+    // The key is full: the tenant's best tasks by priority are now its plain ones.
+    const next = await claimTasks(t.db, { now: T0, queue: 'default', limit: 2, claimedBy: 'test', leaseSeconds: 60 });
+    expect(next.claimed).toHaveLength(2);
+    const claimed = await t.db.query<{ key: string | null }>(`select concurrency_key as key from tasks where id = any($1::bigint[])`, [
+      next.claimed.map((c) => c.id),
+    ]);
+    expect(claimed).toEqual([{ key: null }, { key: null }]);
+  });
+
   it('one sweep claims past full batches of parked tasks to the other keys behind them', async () => {
     const small = createHarness(t.db, { handlers: [slowTask], config: { sweepBatchSize: 10 } });
     await small.enqueue(Array.from({ length: 30 }, () => ({ task: 'slow', concurrency: { key: 'busy', limit: 1 } })), { now: T0 });
     await small.enqueue(Array.from({ length: 5 }, () => ({ task: 'slow' })), { now: T0 });
     const c = await small.sweep({ now: T0 });
     expect(c.claimed).toBe(6);
-    // Later sweeps do not re-read the parked backlog: nothing is left to pick.
-    const plan = await t.db.query<{ n: number }>(
-      `select count(*)::int as n from tasks where status = 'queued' and not parked`,
+    // The claim that passed over the backlog parked a batch of it, its
+    // lowest virtual times, so later claims read fewer of them again.
+    const waiting = await t.db.query<{ parked: boolean }>(
+      `select parked from tasks where status = 'queued' order by vtime, id`,
     );
-    expect(plan[0]!.n).toBe(0);
+    expect(waiting.map((w) => w.parked)).toEqual([...Array(10).fill(true), ...Array(19).fill(false)]);
   });
 
   it('crashes and lost leases never leak a slot: the reaper gives it back, and the limit holds throughout', async () => {
@@ -200,6 +299,7 @@ describe('concurrency limits', () => {
   it('a wake skipped on a locked row: the sweep wakes the task from the frees no claim has counted yet, and the claim counts them', async () => {
     await h.enqueue(Array.from({ length: 2 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 1 } })), { now: T0 });
     expect((await h.sweep({ now: T0 })).claimed).toBe(1);
+    await passOver(T0);
     const [waiting] = await t.db.query<{ id: string }>(`select id::text from tasks where parked`);
     // Someone holds the parked task's row while the first task finishes: the
     // finish's wake skips it, and its free waits in the ledger.
@@ -251,9 +351,6 @@ describe('concurrency limits', () => {
 describe('every way out of running gives the slot back', () => {
   const keyed = (n: number, limit: number, extra: Record<string, unknown> = {}) =>
     Array.from({ length: n }, () => ({ task: 'slow', concurrency: { key: 'k', limit }, ...extra }));
-  const parkedCount = async () =>
-    (await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status = 'queued' and parked`))[0]!.n;
-
   it('a start refused for a paused queue: the slot is back and a parked task woken', async () => {
     await h.enqueue(keyed(3, 2), { now: T0 });
     expect((await h.sweep({ now: T0 })).claimed).toBe(2);
@@ -281,10 +378,11 @@ describe('every way out of running gives the slot back', () => {
     expect(await expectSlotMatches('acme', 'k')).toBe(0);
   });
 
-  /** Three tasks of limit 2 due in 30 s: two claimed early, one parked. */
+  /** Three tasks of limit 2 due in 30 s: two claimed early, one parked (a plain task behind it claimed). */
   const claimTwoParkOne = async () => {
     const created = await h.enqueue(keyed(3, 2, { delay: 30 }), { now: T0 });
     expect((await h.sweep({ now: T0 })).claimed).toBe(2);
+    await passOver(T0, 31);
     const [parked] = await t.db.query<{ id: string }>(`select id::text from tasks where parked`);
     return { ids: created.map((c) => c!.task!.id), parked: parked!.id };
   };
@@ -301,7 +399,8 @@ describe('every way out of running gives the slot back', () => {
     const { parked } = await claimTwoParkOne();
     expect(await cancelMatching(t.db, 'acme', { ids: [parked] }, 10, at(1))).toEqual([parked]);
     expect(await expectSlotMatches('acme', 'k')).toBe(2);
-    expect(await cancelMatching(t.db, 'acme', {}, 10, at(1))).toHaveLength(2);
+    // The two claimed early, and the plain task claimed behind the parked one.
+    expect(await cancelMatching(t.db, 'acme', {}, 10, at(1))).toHaveLength(3);
     expect(await expectSlotMatches('acme', 'k')).toBe(0);
   });
 
@@ -311,6 +410,8 @@ describe('every way out of running gives the slot back', () => {
       { now: T0 },
     );
     expect((await h.sweep({ now: T0 })).claimed).toBe(1);
+    await passOver(T0, 31);
+    expect(await t.db.query(`select idempotency_key as key from tasks where parked order by key`)).toEqual([{ key: 'b' }, { key: 'c' }]);
     // a was claimed early; b and c are parked. The free of a's slot wakes c,
     // not b, which the same statement rewrites (a row changed twice by one
     // statement is refused).

@@ -46,14 +46,14 @@ export interface ConcurrencySlot {
   key: string;
   running: number;
   limit: number;
-  /** Tasks waiting for a slot of this key (parked by the claim). */
+  /** Due tasks of this key not claimed yet (queued: held back by the limit, or parked). */
   waiting: number;
 }
 
 /**
  * One key of one tenant: its slot row (no lock) less the frees no claim has
- * counted yet (migration 0018), and its parked tasks, counted on
- * tasks_parked_idx.
+ * counted yet (migration 0018), and its due tasks not claimed yet, counted on
+ * tasks_concurrency_key_waiting_idx.
  */
 const concurrencySlotGet = sql(
   'concurrency_slot_get',
@@ -62,7 +62,7 @@ const concurrencySlotGet = sql(
                                             where f.tenant = s.tenant and f.key = s.key), 0)) as running,
           s.max_running,
           (select count(*)::int from tasks p
-           where p.status = 'queued' and p.parked and p.tenant = s.tenant and p.concurrency_key = s.key) as waiting
+           where p.status = 'queued' and p.tenant = s.tenant and p.concurrency_key = s.key) as waiting
    from concurrency_slots s
    where s.tenant = $1::text and s.key = $2::text`,
 );

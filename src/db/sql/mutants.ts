@@ -934,13 +934,31 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'skip locked',
-    find: `order by t.vtime, t.id
+    find: `not in (select k.tenant, k.key from full_keys k))
+     order by t.vtime, t.id
      limit $3::int
      for update of t skip locked`,
-    replace: `order by t.vtime, t.id
+    replace: `not in (select k.tenant, k.key from full_keys k))
+     order by t.vtime, t.id
      limit $3::int
      for update of t`,
     tests: ['test/sweep/concurrency.test.ts'],
+  },
+  {
+    id: 'claim-passed-skip-locked',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: 'park_passed_full_keys: skip locked',
+    find: `       and (t.tenant, t.concurrency_key) in (select k.tenant, k.key from full_keys k)
+     order by t.vtime, t.id
+     limit $3::int
+     for update of t skip locked`,
+    replace: `       and (t.tenant, t.concurrency_key) in (select k.tenant, k.key from full_keys k)
+     order by t.vtime, t.id
+     limit $3::int
+     for update of t`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'without waiting for it',
   },
   {
     id: 'promote-skip-locked',
@@ -2071,6 +2089,71 @@ export const mutants: Mutant[] = [
     find: `freed as (select tenant, key, sum(n)::int as n from freed_rows group by tenant, key),`,
     replace: `freed as (select tenant, key, 0 as n from freed_rows group by tenant, key),`,
     tests: ['test/tasks/concurrency.test.ts'],
+  },
+  // A claim takes no more of a key than its free slots, and parks only what
+  // it passed over (claim_skips_full_keys, park_passed_full_keys).
+  {
+    id: 'claim-skips-full-keys',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: "claim_skips_full_keys: the fair slots' scan passes over a full key's tasks",
+    find: `       and (t.concurrency_key is null or (t.tenant, t.concurrency_key) not in (select k.tenant, k.key from full_keys k))
+     order by t.vtime, t.id`,
+    replace: `     order by t.vtime, t.id`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'leaves the tasks over the limit runnable',
+  },
+  {
+    id: 'claim-pick-skips-full-keys',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: "claim_skips_full_keys: each tenant's pick by priority passes over a full key's tasks",
+    find: `         and (t.concurrency_key is null or (t.tenant, t.concurrency_key) not in (select k.tenant, k.key from full_keys k))
+       order by t.priority desc, t.run_at, t.id`,
+    replace: `       order by t.priority desc, t.run_at, t.id`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'passes over the full key next',
+  },
+  {
+    id: 'claim-full-keys-less-frees',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: 'claim_skips_full_keys: a key with frees no claim has counted yet is not full',
+    find: `       and s.running - coalesce((select sum(f.n)::int from concurrency_frees f
+                                 where f.tenant = s.tenant and f.key = s.key), 0) >= s.max_running`,
+    replace: `       and s.running >= s.max_running`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'leaves the tasks over the limit runnable',
+  },
+  {
+    id: 'claim-parks-passed',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: "park_passed_full_keys: a full key's tasks the scan passed over are parked",
+    find: `     join tasks t on t.queue = $2::text and (t.vtime, t.id) < (l.vtime, l.id)`,
+    replace: `     join tasks t on t.queue = $2::text and false`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'one sweep claims past full batches|parks the tasks of a full key',
+  },
+  {
+    id: 'claim-parks-only-passed',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: "park_passed_full_keys: a full key's tasks behind the batch's last slot are not parked",
+    find: `     join tasks t on t.queue = $2::text and (t.vtime, t.id) < (l.vtime, l.id)`,
+    replace: `     join tasks t on t.queue = $2::text and (t.vtime, t.id) <> (l.vtime, l.id)`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'does not park the tasks of a full key',
+  },
+  {
+    id: 'claim-held-keeps-vtime',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: "a task held back by its key takes the vtime the priority order gave it (the tenant's vtimes kept)",
+    find: `     where t.id = d.id and not d.takes_slot and not d.deferred and t.vtime <> d.vtime`,
+    replace: `     where t.id = d.id and not d.takes_slot and not d.deferred and false`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'keeps the tenant',
   },
   {
     id: 'pause-occurrences-by-live-index',

@@ -54,27 +54,48 @@ export interface ClaimedTask {
  * UPDATE locks the slot row and reads its latest committed count, so
  * overlapping claims serialize per key and never grant more than
  * `max_running`. Within a key the lowest vtimes get the granted slots; the
- * rest are `parked` (out of the runnable index: later claims never re-read
- * them, and the batch's other keys and tenants are claimed in the same
- * statement). A freed slot wakes a parked task (freeSlotsOf).
+ * rest are held back: they stay runnable and unwritten, and the batch's
+ * other keys and tenants are claimed in the same statement.
+ *
+ * A claim takes no more of a key than its free slots (issue 16,
+ * claim_skips_full_keys): a key with no free slot as the statement begins
+ * (`full_keys`) is passed over by the scans, so its waiting tasks are
+ * neither locked nor written while nothing waits behind them. The ones a
+ * claim passes over to reach its batch are `parked` (park_passed_full_keys,
+ * at most a batch per claim, lowest vtimes first): out of the runnable index,
+ * later claims do not read them again, and a freed slot wakes them
+ * (freeSlotsOf). Parking every task a claim held back cost two row versions
+ * each (the park and the wake): the drain under one key of limit 1,000 ran
+ * at 0.73-0.76x the plain drain, and at 0.92x once only passed-over tasks
+ * are parked (BENCHMARKS.md, issue 16, sixth pass).
  *
  * Rate limits (issue 16, `rate_lines`, migration 0018): each rate-limited
  * task of the batch is reserved a start on its key's claim line (GCRA
  * without bursts: a step of period / limit after the previous reservation,
  * never before its due time) and sent for it (run_at moves there). A
  * reservation beyond the look-ahead ($7) is not taken: the task goes back to
- * `scheduled` at that time (no attempt spent) and counts with the parked in
- * the returned count, so the sweep keeps claiming past it. Rate is decided
- * before concurrency: a reserved task the key's slots then park leaves a gap
- * in the line (fewer starts, never more).
+ * `scheduled` at that time (no attempt spent) and counts with the held back
+ * in the returned count, so the sweep keeps claiming past it. Rate is decided
+ * before concurrency: a reserved task the key's slots then hold back leaves a
+ * gap in the line (fewer starts, never more).
  */
 const tasksClaimRunnable = sql(
   'tasks_claim_runnable',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
+   -- claim_skips_full_keys: the keys with no free slot as the statement
+   -- begins (the slot row less the frees no claim has counted yet). A key
+   -- is full only while its row's running count reaches its limit.
+   full_keys as (
+     select s.tenant, s.key from concurrency_slots s
+     where s.running >= s.max_running
+       and s.running - coalesce((select sum(f.n)::int from concurrency_frees f
+                                 where f.tenant = s.tenant and f.key = s.key), 0) >= s.max_running
+   ),
    slots as (
      select t.id, t.tenant, t.vtime from tasks t
      where t.status = 'queued' and not t.parked and t.queue = $2::text
        and not exists (select 1 from queues q where q.name = $2::text and q.paused)
+       and (t.concurrency_key is null or (t.tenant, t.concurrency_key) not in (select k.tenant, k.key from full_keys k))
      order by t.vtime, t.id
      limit $3::int
      for update of t skip locked
@@ -85,6 +106,7 @@ const tasksClaimRunnable = sql(
        select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit,
               t.rate_key, t.rate_limit, t.rate_period_seconds from tasks t
        where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
+         and (t.concurrency_key is null or (t.tenant, t.concurrency_key) not in (select k.tenant, k.key from full_keys k))
        order by t.priority desc, t.run_at, t.id
        limit s.k
        for update of t skip locked) b
@@ -210,10 +232,33 @@ const tasksClaimRunnable = sql(
                     <= coalesce(g.granted, 0)) as takes_slot
      from rated p left join slot_counts g on g.tenant = p.tenant and g.key = p.concurrency_key
    ),
-   parked as (
-     update tasks t set parked = true, vtime = d.vtime, updated_at = clock.now
+   -- Over their key's slots (granted to lower vtimes): they stay runnable,
+   -- unwritten unless the priority order gave them another vtime; their key
+   -- is full now, so the next claims pass over them.
+   held as (
+     update tasks t set vtime = d.vtime, updated_at = clock.now
      from decided d, clock
-     where t.id = d.id and not d.takes_slot and not d.deferred
+     where t.id = d.id and not d.takes_slot and not d.deferred and t.vtime <> d.vtime
+   ),
+   -- park_passed_full_keys: the tasks of full keys this claim's scan passed
+   -- over to reach its batch leave the runnable index (parked), at most a
+   -- batch of them per claim, lowest first, so later claims read fewer of
+   -- them again; a freed slot wakes them (freeSlotsOf). A full key's tasks
+   -- with nothing claimable behind them are not written.
+   passed as (
+     select t.id from (select s.vtime, s.id from slots s order by s.vtime desc, s.id desc limit 1) l
+     join tasks t on t.queue = $2::text and (t.vtime, t.id) < (l.vtime, l.id)
+     where t.status = 'queued' and not t.parked
+       and (t.tenant, t.concurrency_key) in (select k.tenant, k.key from full_keys k)
+     order by t.vtime, t.id
+     limit $3::int
+     for update of t skip locked
+   ),
+   parked as (
+     update tasks t set parked = true, updated_at = clock.now
+     from passed x, clock
+     where t.id = x.id
+     returning t.id
    ),
    -- Over its key's rate beyond the look-ahead: back to scheduled at the time
    -- the line allows (no attempt spent); the promote brings it back.
@@ -245,10 +290,12 @@ const tasksClaimRunnable = sql(
      from (select max(vtime) as v from claimed) m
      where q.name = $2::text and m.v is not null
    )
-   (select id, lease_epoch, run_at, delay_ms, traceparent, rated, null::int as parked from claimed order by vtime, id)
+   (select id, lease_epoch, run_at, delay_ms, traceparent, rated, null::int as held from claimed order by vtime, id)
    union all
-   -- How many were parked: the sweep keeps claiming while claimed + parked fill batches.
-   select null, null, null, null, null, null, (select count(*)::int from decided where not takes_slot)`,
+   -- How many were held back (over a key's slots or its rate, or parked):
+   -- the sweep keeps claiming while claimed + held fill batches.
+   select null, null, null, null, null, null,
+          (select count(*)::int from decided where not takes_slot) + (select count(*)::int from parked) as held`,
 );
 
 export async function claimTasks(
@@ -263,7 +310,7 @@ export async function claimTasks(
     /** How far ahead a rate-limited task may be reserved a start (the look-ahead); default 60. */
     lookaheadSeconds?: number;
   },
-): Promise<{ claimed: ClaimedTask[]; parked: number }> {
+): Promise<{ claimed: ClaimedTask[]; held: number }> {
   const claimToken = p.claimToken ?? crypto.randomUUID();
   const rows = await q.query<{
     id: string | null;
@@ -272,7 +319,7 @@ export async function claimTasks(
     delay_ms: string;
     traceparent: string | null;
     rated: boolean | null;
-    parked: number | null;
+    held: number | null;
   }>(
     tasksClaimRunnable,
     [at(p.now), p.queue, p.limit, p.claimedBy, p.leaseSeconds, claimToken, p.lookaheadSeconds ?? 60],
@@ -288,7 +335,7 @@ export async function claimTasks(
       claimToken,
       rated: r.rated === true,
     }));
-  return { claimed, parked: Number(rows.find((r) => r.id === null)?.parked ?? 0) };
+  return { claimed, held: Number(rows.find((r) => r.id === null)?.held ?? 0) };
 }
 
 /**
@@ -297,8 +344,8 @@ export async function claimTasks(
  * vtime first. A freed slot wakes one parked task in its own statement
  * (freeSlotsOf, and the enqueue's ON CONFLICT); this covers a raised limit, the
  * tasks an enqueue's wake spared, and a wake that
- * skipped a locked row. Waking too many is harmless: the claim parks what
- * finds no slot. Reads the slot rows without locking them; locks the woken
+ * skipped a locked row. Waking too many is harmless: the claim holds back
+ * what finds no slot. Reads the slot rows without locking them; locks the woken
  * tasks with SKIP LOCKED.
  *
  * wake_skips_parked_keys: the keys with parked tasks come from a skip scan
