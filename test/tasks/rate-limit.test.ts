@@ -115,6 +115,13 @@ describe('rate limits', () => {
     expect(refused.every((r) => r.attempts === 0)).toBe(true);
     expect(Math.min(...refused.map((r) => r.run_at.getTime()))).toBe(late.getTime() + 51 * 200);
     expect(maxInWindow(started.map((r) => r.started_at!), 1000)).toBe(5);
+    // start_on_line_keeps_run_at: the place is recorded in started_at, never
+    // before run_at, and run_at stays what the claim sent (a HOT update).
+    const sentRunAt = new Map(sent.map((m) => [m.body.id, m.body.runAt]));
+    for (const r of started) {
+      expect(r.run_at.getTime()).toBe(sentRunAt.get(r.id));
+      expect(r.started_at!.getTime()).toBeGreaterThanOrEqual(r.run_at.getTime());
+    }
     await cycle(at(21));
     const all = await rows();
     expect(all.filter((r) => r.status !== 'succeeded')).toEqual([]);

@@ -2082,6 +2082,21 @@ export const mutants: Mutant[] = [
 
   // Concurrency slots freed through the ledger (migration 0018).
   {
+    id: 'start-on-line-keeps-run-at',
+    file: FENCE,
+    statement: 'tasks_start_if_claimed',
+    guard: 'start_on_line_keeps_run_at: a start on the line leaves run_at (in two indexes) as the claim set it',
+    find: `   started_on_line as (
+     update tasks t set
+       started_at`,
+    replace: `   started_on_line as (
+     update tasks t set
+       run_at = p.start_at,
+       started_at`,
+    tests: ['test/tasks/rate-limit.test.ts'],
+    testName: 'late deliveries never bunch',
+  },
+  {
     id: 'claim-slot-frees',
     file: DISPATCH,
     statement: 'tasks_claim_runnable',

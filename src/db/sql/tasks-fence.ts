@@ -226,9 +226,11 @@ const startStatement = (rated: boolean) => `with clock as (select coalesce($1::t
    -- A rate-limited start takes its place on the key's line: up to $5 s
    -- later than now (the consumer waits for it). The conditions are
    -- rate_locked's, rechecked: it locked these rows.
+   -- start_on_line_keeps_run_at: started_at records the place (never before
+   -- run_at: the place is at or after the task's due time); run_at, in two
+   -- indexes, is left as it was, so the start can be a HOT update.
    started_on_line as (
      update tasks t set
-       run_at = p.start_at,
        started_at = greatest(clock.now, p.start_at),
        dispatched_at = ${DISPATCHED_AT},
        lease_expires_at = greatest(clock.now, p.start_at) + make_interval(secs => (t.timeout_ms / 1000.0) + $4::int),
