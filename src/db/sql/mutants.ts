@@ -949,14 +949,14 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'park_passed_full_keys: skip locked',
-    find: `       and (t.tenant, t.concurrency_key) in (select k.tenant, k.key from full_keys k)
-     order by t.vtime, t.id
-     limit $3::int
-     for update of t skip locked`,
-    replace: `       and (t.tenant, t.concurrency_key) in (select k.tenant, k.key from full_keys k)
-     order by t.vtime, t.id
-     limit $3::int
-     for update of t`,
+    find: `         and (t.tenant, t.concurrency_key) in (select k.tenant, k.key from full_keys k)
+       order by t.vtime, t.id
+       limit $3::int
+       for update of t skip locked) p`,
+    replace: `         and (t.tenant, t.concurrency_key) in (select k.tenant, k.key from full_keys k)
+       order by t.vtime, t.id
+       limit $3::int
+       for update of t) p`,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'without waiting for it',
   },
@@ -2145,8 +2145,8 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "park_passed_full_keys: a full key's tasks the scan passed over are parked",
-    find: `     join tasks t on t.queue = $2::text and (t.vtime, t.id) < (l.vtime, l.id)`,
-    replace: `     join tasks t on t.queue = $2::text and false`,
+    find: `and not t.parked and t.queue = $2::text and (t.vtime, t.id) < (l.vtime, l.id)`,
+    replace: `and not t.parked and t.queue = $2::text and false`,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'one sweep claims past full batches|parks the tasks of a full key',
   },
@@ -2155,8 +2155,8 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "park_passed_full_keys: a full key's tasks behind the batch's last slot are not parked",
-    find: `     join tasks t on t.queue = $2::text and (t.vtime, t.id) < (l.vtime, l.id)`,
-    replace: `     join tasks t on t.queue = $2::text and (t.vtime, t.id) <> (l.vtime, l.id)`,
+    find: `and not t.parked and t.queue = $2::text and (t.vtime, t.id) < (l.vtime, l.id)`,
+    replace: `and not t.parked and t.queue = $2::text and (t.vtime, t.id) <> (l.vtime, l.id)`,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'does not park the tasks of a full key',
   },

@@ -245,19 +245,22 @@ const tasksClaimRunnable = sql(
    -- batch of them per claim, lowest first, so later claims read fewer of
    -- them again; a freed slot wakes them (freeSlotsOf). A full key's tasks
    -- with nothing claimable behind them are not written.
+   -- (Lateral from the batch's last slot: with no slot, nothing is read.)
    passed as (
-     select t.id from (select s.vtime, s.id from slots s order by s.vtime desc, s.id desc limit 1) l
-     join tasks t on t.queue = $2::text and (t.vtime, t.id) < (l.vtime, l.id)
-     where t.status = 'queued' and not t.parked
-       and (t.tenant, t.concurrency_key) in (select k.tenant, k.key from full_keys k)
-     order by t.vtime, t.id
-     limit $3::int
-     for update of t skip locked
+     select p.id from (select s.vtime, s.id from slots s order by s.vtime desc, s.id desc limit 1) l
+     cross join lateral (
+       select t.id from tasks t
+       where t.status = 'queued' and not t.parked and t.queue = $2::text and (t.vtime, t.id) < (l.vtime, l.id)
+         and (t.tenant, t.concurrency_key) in (select k.tenant, k.key from full_keys k)
+       order by t.vtime, t.id
+       limit $3::int
+       for update of t skip locked) p
    ),
+   -- By id (joined, it hashed tasks whole beside a backlog of 10,000).
    parked as (
      update tasks t set parked = true, updated_at = clock.now
-     from passed x, clock
-     where t.id = x.id
+     from clock
+     where t.id = any(array(select x.id from passed x))
      returning t.id
    ),
    -- Over its key's rate beyond the look-ahead: back to scheduled at the time
