@@ -8,6 +8,8 @@ export interface PlanNode {
   'CTE Name'?: string;
   'Relation Name'?: string;
   'Index Name'?: string;
+  /** The planner's estimate, in its cost units (compared with jit_above_cost). */
+  'Total Cost': number;
   'Actual Rows': number;
   'Actual Loops': number;
   'Rows Removed by Filter'?: number;

@@ -15,7 +15,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import type { Db, Queryable } from '../../src/db/seam.ts';
 import { probeDueWork } from '../../src/db/sql/dispatchers.ts';
 import { promoteDueTasks, purgeFinishedTasks, purgeSpentKeys } from '../../src/db/sql/tasks-maintenance.ts';
-import { markDispatched, wakeParkedTasks } from '../../src/db/sql/tasks-dispatch.ts';
+import { claimTasks, markDispatched, wakeParkedTasks } from '../../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { queueStats } from '../../src/db/sql/tenants.ts';
 import { cancelPendingOccurrences, lockDueSchedules, pauseScheduleWithdrawOccurrences } from '../../src/db/sql/schedules.ts';
@@ -482,6 +482,36 @@ describe('the purge of a few old tasks beside a long history of attempts and mar
 // wake_skips_parked_keys (tasks-dispatch.ts): the sweep's safety net of the
 // wake-ups runs every sweep with work; a saturated key's parked backlog must
 // not cost it a read per task.
+// claim_skips_full_keys (tasks-dispatch.ts): the claim asks about a task's
+// key by the slot row's primary key. Asked as a set of every full key, the
+// claim's estimate grew with the keys in use, past jit_above_cost (3.3 s of
+// JIT compilation for a claim of 500 plain tasks beside 200,000 keys).
+describe('the claim beside many concurrency keys in use', () => {
+  it('costs less than JIT compilation starts at, generic and custom, and passes over the full key', async () => {
+    await resetTables(t.db);
+    await t.db.query(
+      `insert into concurrency_slots (tenant, key, max_running, running)
+       select 'acme', 'user-' || i, 3, 1 from generate_series(1, 50000) i
+       union all select 'acme', 'busy', 1, 1`,
+    );
+    await t.db.query(
+      `insert into tasks (tenant, task, status, run_at, vtime, concurrency_key, concurrency_limit)
+       select 'acme', 'noop', 'queued', $1::timestamptz, i, case when i <= 10 then 'busy' end, case when i <= 10 then 1 end
+       from generate_series(1, 500) i`,
+      [T0],
+    );
+    await t.db.query('analyze tasks');
+    await t.db.query('analyze concurrency_slots');
+    const [jit] = await t.db.query<{ cost: number }>(`select current_setting('jit_above_cost')::float8 as cost`);
+    for (const plan of ['generic', 'custom'] as const) {
+      const nodes = await planOf((q) => claimTasks(q, { now: T0, queue: 'default', limit: 500, claimedBy: 'plans', leaseSeconds: 60 }), plan);
+      expect(nodes[0]!['Total Cost'], `${plan}: the claim's estimated cost`).toBeLessThan(jit!.cost);
+    }
+    const claim = await claimTasks(t.db, { now: T0, queue: 'default', limit: 500, claimedBy: 'plans', leaseSeconds: 60 });
+    expect(claim.claimed).toHaveLength(490);
+  });
+});
+
 describe("the sweep's wake of parked tasks beside a saturated key's parked backlog", () => {
   it('reads a row per key with parked tasks, generic and custom, and wakes only where there is room', async () => {
     await resetTables(t.db);

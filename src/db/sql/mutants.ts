@@ -934,11 +934,11 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'skip locked',
-    find: `not in (select k.tenant, k.key from full_keys k))
+    find: `or not \${KEY_IS_FULL})
      order by t.vtime, t.id
      limit $3::int
      for update of t skip locked`,
-    replace: `not in (select k.tenant, k.key from full_keys k))
+    replace: `or not \${KEY_IS_FULL})
      order by t.vtime, t.id
      limit $3::int
      for update of t`,
@@ -949,11 +949,11 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'park_passed_full_keys: skip locked',
-    find: `         and (t.tenant, t.concurrency_key) in (select k.tenant, k.key from full_keys k)
+    find: `         and t.concurrency_key is not null and \${KEY_IS_FULL}
        order by t.vtime, t.id
        limit $3::int
        for update of t skip locked) p`,
-    replace: `         and (t.tenant, t.concurrency_key) in (select k.tenant, k.key from full_keys k)
+    replace: `         and t.concurrency_key is not null and \${KEY_IS_FULL}
        order by t.vtime, t.id
        limit $3::int
        for update of t) p`,
@@ -2112,18 +2112,30 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "claim_skips_full_keys: the fair slots' scan passes over a full key's tasks",
-    find: `       and (t.concurrency_key is null or (t.tenant, t.concurrency_key) not in (select k.tenant, k.key from full_keys k))
+    find: `       and (t.concurrency_key is null or not \${KEY_IS_FULL})
      order by t.vtime, t.id`,
     replace: `     order by t.vtime, t.id`,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'leaves the tasks over the limit runnable',
   },
   {
+    id: 'claim-full-key-by-slot-row',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: "claim_skips_full_keys: a task's key is asked of its slot row by primary key, not as a set of every full key",
+    find: `const KEY_IS_FULL = \`exists (select 1 from concurrency_slots s
+                  where s.tenant = t.tenant and s.key = t.concurrency_key and s.running >= s.max_running`,
+    replace: `const KEY_IS_FULL = \`(t.tenant, t.concurrency_key) in (select s.tenant, s.key from concurrency_slots s
+                  where s.running >= s.max_running`,
+    tests: ['test/tasks/plans.test.ts'],
+    testName: 'many concurrency keys',
+  },
+  {
     id: 'claim-pick-skips-full-keys',
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "claim_skips_full_keys: each tenant's pick by priority passes over a full key's tasks",
-    find: `         and (t.concurrency_key is null or (t.tenant, t.concurrency_key) not in (select k.tenant, k.key from full_keys k))
+    find: `         and (t.concurrency_key is null or not \${KEY_IS_FULL})
        order by t.priority desc, t.run_at, t.id`,
     replace: `       order by t.priority desc, t.run_at, t.id`,
     tests: ['test/tasks/concurrency.test.ts'],
@@ -2134,9 +2146,9 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'claim_skips_full_keys: a key with frees no claim has counted yet is not full',
-    find: `       and s.running - coalesce((select sum(f.n)::int from concurrency_frees f
-                                 where f.tenant = s.tenant and f.key = s.key), 0) >= s.max_running`,
-    replace: `       and s.running >= s.max_running`,
+    find: `                    and s.running - coalesce((select sum(f.n)::int from concurrency_frees f
+                                              where f.tenant = s.tenant and f.key = s.key), 0) >= s.max_running)\``,
+    replace: `                    and s.running >= s.max_running)\``,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'leaves the tasks over the limit runnable',
   },

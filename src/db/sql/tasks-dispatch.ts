@@ -58,9 +58,9 @@ export interface ClaimedTask {
  * other keys and tenants are claimed in the same statement.
  *
  * A claim takes no more of a key than its free slots (issue 16,
- * claim_skips_full_keys): a key with no free slot as the statement begins
- * (`full_keys`) is passed over by the scans, so its waiting tasks are
- * neither locked nor written while nothing waits behind them. The ones a
+ * claim_skips_full_keys): the scans pass over the tasks of a key with no
+ * free slot (KEY_IS_FULL), so they are neither locked nor written while
+ * nothing waits behind them. The ones a
  * claim passes over to reach its batch are `parked` (park_passed_full_keys,
  * at most a batch per claim, lowest vtimes first): out of the runnable index,
  * later claims do not read them again, and a freed slot wakes them
@@ -79,23 +79,28 @@ export interface ClaimedTask {
  * before concurrency: a reserved task the key's slots then hold back leaves a
  * gap in the line (fewer starts, never more).
  */
+/**
+ * claim_skips_full_keys: task `t`'s concurrency key has no free slot (its
+ * slot row less the frees no claim has counted yet). A key is full only
+ * while its row's running count reaches its limit. Asked per keyed task the
+ * scans read, of the slot row's primary key: as a set of every full key, it
+ * read concurrency_slots whole, and beside 200,000 keys in use its estimate
+ * took every claim's cost past jit_above_cost (3.3 s of JIT compilation for
+ * a claim of 500 plain tasks).
+ */
+const KEY_IS_FULL = `exists (select 1 from concurrency_slots s
+                  where s.tenant = t.tenant and s.key = t.concurrency_key and s.running >= s.max_running
+                    and s.running - coalesce((select sum(f.n)::int from concurrency_frees f
+                                              where f.tenant = s.tenant and f.key = s.key), 0) >= s.max_running)`;
+
 const tasksClaimRunnable = sql(
   'tasks_claim_runnable',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
-   -- claim_skips_full_keys: the keys with no free slot as the statement
-   -- begins (the slot row less the frees no claim has counted yet). A key
-   -- is full only while its row's running count reaches its limit.
-   full_keys as (
-     select s.tenant, s.key from concurrency_slots s
-     where s.running >= s.max_running
-       and s.running - coalesce((select sum(f.n)::int from concurrency_frees f
-                                 where f.tenant = s.tenant and f.key = s.key), 0) >= s.max_running
-   ),
    slots as (
      select t.id, t.tenant, t.vtime from tasks t
      where t.status = 'queued' and not t.parked and t.queue = $2::text
        and not exists (select 1 from queues q where q.name = $2::text and q.paused)
-       and (t.concurrency_key is null or (t.tenant, t.concurrency_key) not in (select k.tenant, k.key from full_keys k))
+       and (t.concurrency_key is null or not ${KEY_IS_FULL})
      order by t.vtime, t.id
      limit $3::int
      for update of t skip locked
@@ -106,7 +111,7 @@ const tasksClaimRunnable = sql(
        select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit,
               t.rate_key, t.rate_limit, t.rate_period_seconds from tasks t
        where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
-         and (t.concurrency_key is null or (t.tenant, t.concurrency_key) not in (select k.tenant, k.key from full_keys k))
+         and (t.concurrency_key is null or not ${KEY_IS_FULL})
        order by t.priority desc, t.run_at, t.id
        limit s.k
        for update of t skip locked) b
@@ -251,7 +256,7 @@ const tasksClaimRunnable = sql(
      cross join lateral (
        select t.id from tasks t
        where t.status = 'queued' and not t.parked and t.queue = $2::text and (t.vtime, t.id) < (l.vtime, l.id)
-         and (t.tenant, t.concurrency_key) in (select k.tenant, k.key from full_keys k)
+         and t.concurrency_key is not null and ${KEY_IS_FULL}
        order by t.vtime, t.id
        limit $3::int
        for update of t skip locked) p
