@@ -94,3 +94,31 @@ export async function resetTables(db: Db): Promise<void> {
 /** The instant most tests start from, and seconds after it. */
 export const T0 = new Date('2026-12-01T12:00:00.000Z');
 export const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
+
+/**
+ * Holds row locks from a connection of its own, as another worker would:
+ * runs `statements` in a transaction left open until the returned function
+ * is called (it ends the transaction and closes the connection).
+ */
+export async function holdLocks(
+  t: TestDatabase,
+  statements: readonly (readonly [text: string, values?: readonly unknown[]])[],
+): Promise<() => Promise<void>> {
+  const other = await t.open({ maxConnections: 1 });
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  let locked!: () => void;
+  const isLocked = new Promise<void>((r) => (locked = r));
+  const holder = other.transaction(async (tx) => {
+    for (const [text, values] of statements) await tx.query(text, values);
+    locked();
+    await held;
+  });
+  await Promise.race([isLocked, holder]);
+  return async () => {
+    release();
+    await holder;
+    await other.close();
+  };
+}
+

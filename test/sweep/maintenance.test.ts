@@ -6,7 +6,7 @@ import { purgeIdleFlowControl } from '../../src/db/sql/concurrency.ts';
 import { getTask } from '../../src/db/sql/tasks-read.ts';
 import { sweepOnce } from '../../src/sweep/sweep.ts';
 import { silentLogger } from '../../src/log.ts';
-import { useTestDatabase, resetTables, T0, at } from '../helpers/db.ts';
+import { useTestDatabase, resetTables, T0, at, holdLocks } from '../helpers/db.ts';
 import { Crash, crashAt } from '../helpers/faults.ts';
 import { createHarness, createOutbox, type Harness } from '../helpers/harness.ts';
 
@@ -141,26 +141,16 @@ describe('idle flow-control keys (issue 16)', () => {
     await t.db.query(`insert into rate_limits (tenant, key, max_starts, period_seconds) values ('acme', 'r', 1, 1)`);
     await t.db.query(`insert into rate_start_lines (tenant, key) values ('acme', 'r')`);
 
-    const other = await t.open({ maxConnections: 1 });
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    let locked!: () => void;
-    const isLocked = new Promise<void>((r) => (locked = r));
-    const holder = other.transaction(async (tx) => {
-      await tx.query(`select 1 from concurrency_slots where key = 'a' for update`);
-      await tx.query(`select 1 from concurrency_frees where key = 'b' for update`);
-      await tx.query(`select 1 from rate_limits where key = 'r' for update`);
-      await tx.query(`select 1 from rate_start_lines where key = 'r' for update`);
-      locked();
-      await held;
-    });
-    await isLocked;
+    const release = await holdLocks(t, [
+      [`select 1 from concurrency_slots where key = 'a' for update`],
+      [`select 1 from concurrency_frees where key = 'b' for update`],
+      [`select 1 from rate_limits where key = 'r' for update`],
+      [`select 1 from rate_start_lines where key = 'r' for update`],
+    ]);
     const keys = ['a', 'b'].map((key) => ({ tenant: 'acme', key }));
     const purge = (now: Date) => purgeIdleFlowControl(t.db, { now, retentionSeconds: 60, limit: 100, keys });
     const during = await purge(at(240));
-    release();
-    await holder;
-    await other.close();
+    await release();
     expect(during).toEqual({ slots: 0, rates: 0 });
     expect(await slotKeys()).toEqual(['a:1', 'b:1']);
     expect(await frees()).toBe(2);

@@ -8,7 +8,7 @@ import { cancelTaskIfNotStarted, getTask } from '../../src/db/sql/tasks-read.ts'
 import { setQueuePaused, setTenantWeight } from '../../src/db/sql/tenants.ts';
 import { defineTask } from '../../src/handlers/registry.ts';
 import { cancelMatching } from '../../src/tasks/bulkCancel.ts';
-import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
+import { at, holdLocks, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 import { createTestApi } from '../helpers/http.ts';
 
@@ -162,24 +162,12 @@ describe('concurrency limits', () => {
     await h.enqueue(Array.from({ length: 2 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 1 } })), { now: T0 });
     expect((await h.sweep({ now: T0 })).claimed).toBe(1);
     const [waiting] = await t.db.query<{ id: string }>(`select id::text from tasks where status = 'queued'`);
-    const other = await t.open({ maxConnections: 1 });
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    let locked!: () => void;
-    const isLocked = new Promise<void>((r) => (locked = r));
-    const holder = other.transaction(async (tx) => {
-      await tx.query(`select 1 from tasks where id = $1::bigint for update`, [waiting!.id]);
-      locked();
-      await held;
-    });
-    await isLocked;
+    const release = await holdLocks(t, [[`select 1 from tasks where id = $1::bigint for update`, [waiting!.id]]]);
     await h.enqueue({ task: 'slow' }, { now: T0 });
     const swept = h.sweep({ now: T0 });
     const first = await Promise.race([swept.then((c) => c.claimed), pause(5000).then(() => 'waited for the lock')]);
-    release();
-    await holder;
+    await release();
     await swept;
-    await other.close();
     expect(first).toBe(1);
     expect(await parkedCount()).toBe(0);
   });
@@ -303,21 +291,9 @@ describe('concurrency limits', () => {
     const [waiting] = await t.db.query<{ id: string }>(`select id::text from tasks where parked`);
     // Someone holds the parked task's row while the first task finishes: the
     // finish's wake skips it, and its free waits in the ledger.
-    const other = await t.open({ maxConnections: 1 });
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    let locked!: () => void;
-    const isLocked = new Promise<void>((r) => (locked = r));
-    const holder = other.transaction(async (tx) => {
-      await tx.query(`select 1 from tasks where id = $1::bigint for update`, [waiting!.id]);
-      locked();
-      await held;
-    });
-    await isLocked;
+    const release = await holdLocks(t, [[`select 1 from tasks where id = $1::bigint for update`, [waiting!.id]]]);
     await h.consume(h.outbox.take().map((m) => m.body), { now: at(1) });
-    release();
-    await holder;
-    await other.close();
+    await release();
     const ledger = await t.db.query<{ n: number }>(`select coalesce(sum(n), 0)::int as n from concurrency_frees`);
     expect(ledger[0]!.n).toBe(1);
     expect((await t.db.query(`select 1 from tasks where parked`)).length).toBe(1);
