@@ -33,6 +33,20 @@ export interface ClaimedTask {
 }
 
 /**
+ * claim_skips_full_keys: task `t`'s concurrency key has no free slot (its
+ * slot row less the frees no claim has counted yet). A key is full only
+ * while its row's running count reaches its limit. Asked per keyed task the
+ * scans read, of the slot row's primary key: as a set of every full key, it
+ * read concurrency_slots whole, and beside 200,000 keys in use its estimate
+ * took every claim's cost past jit_above_cost (3.3 s of JIT compilation for
+ * a claim of 500 plain tasks).
+ */
+const KEY_IS_FULL = `exists (select 1 from concurrency_slots s
+                  where s.tenant = t.tenant and s.key = t.concurrency_key and s.running >= s.max_running
+                    and s.running - coalesce((select sum(f.n)::int from concurrency_frees f
+                                              where f.tenant = s.tenant and f.key = s.key), 0) >= s.max_running)`;
+
+/**
  * Claims the lowest-vtime runnable tasks of one queue: locks them with SKIP
  * LOCKED (overlapping sweeps take disjoint sets), marks them `running` with a
  * bumped epoch, an attempt counted and a lease that covers the wait until
@@ -60,14 +74,14 @@ export interface ClaimedTask {
  * A claim takes no more of a key than its free slots (issue 16,
  * claim_skips_full_keys): the scans pass over the tasks of a key with no
  * free slot (KEY_IS_FULL), so they are neither locked nor written while
- * nothing waits behind them. The ones a
- * claim passes over to reach its batch are `parked` (park_passed_full_keys,
- * at most a batch per claim, lowest vtimes first): out of the runnable index,
- * later claims do not read them again, and a freed slot wakes them
- * (freeSlotsOf). Parking every task a claim held back cost two row versions
- * each (the park and the wake): the drain under one key of limit 1,000 ran
- * at 0.73-0.76x the plain drain, and at 0.92x once only passed-over tasks
- * are parked (BENCHMARKS.md, issue 16, sixth pass).
+ * nothing waits behind them. The ones a claim passes over to reach its
+ * batch are `parked` (park_passed_full_keys, at most a batch per claim,
+ * lowest vtimes first): out of the runnable index, later claims do not read
+ * them again, and a freed slot wakes them (freeSlotsOf). Parking every task
+ * a claim held back cost two row versions each (the park and the wake): the
+ * drain under one key of limit 1,000 ran at 0.71-0.75x the plain drain, and
+ * at 0.89-0.92x once only passed-over tasks are parked (BENCHMARKS.md,
+ * issue 16, sixth pass).
  *
  * Rate limits (issue 16, `rate_lines`, migration 0018): each rate-limited
  * task of the batch is reserved a start on its key's claim line (GCRA
@@ -79,20 +93,6 @@ export interface ClaimedTask {
  * before concurrency: a reserved task the key's slots then hold back leaves a
  * gap in the line (fewer starts, never more).
  */
-/**
- * claim_skips_full_keys: task `t`'s concurrency key has no free slot (its
- * slot row less the frees no claim has counted yet). A key is full only
- * while its row's running count reaches its limit. Asked per keyed task the
- * scans read, of the slot row's primary key: as a set of every full key, it
- * read concurrency_slots whole, and beside 200,000 keys in use its estimate
- * took every claim's cost past jit_above_cost (3.3 s of JIT compilation for
- * a claim of 500 plain tasks).
- */
-const KEY_IS_FULL = `exists (select 1 from concurrency_slots s
-                  where s.tenant = t.tenant and s.key = t.concurrency_key and s.running >= s.max_running
-                    and s.running - coalesce((select sum(f.n)::int from concurrency_frees f
-                                              where f.tenant = s.tenant and f.key = s.key), 0) >= s.max_running)`;
-
 const tasksClaimRunnable = sql(
   'tasks_claim_runnable',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
