@@ -42,6 +42,12 @@ export const freeSlotsOf = (left: string) => `slots_freed as (
            order by l.tenant, l.concurrency_key) f
    )`;
 
+/**
+ * The frees of slot row `s` no claim has counted yet (migration 0018's
+ * ledger): the row's running count less them is what its key runs now.
+ */
+export const UNCOUNTED_FREES = `coalesce((select sum(f.n)::int from concurrency_frees f where f.tenant = s.tenant and f.key = s.key), 0)`;
+
 export interface ConcurrencySlot {
   key: string;
   running: number;
@@ -58,8 +64,7 @@ export interface ConcurrencySlot {
 const concurrencySlotGet = sql(
   'concurrency_slot_get',
   `select s.key,
-          greatest(0, s.running - coalesce((select sum(f.n)::int from concurrency_frees f
-                                            where f.tenant = s.tenant and f.key = s.key), 0)) as running,
+          greatest(0, s.running - ${UNCOUNTED_FREES}) as running,
           s.max_running,
           (select count(*)::int from tasks p
            where p.status = 'queued' and p.tenant = s.tenant and p.concurrency_key = s.key) as waiting
@@ -142,10 +147,10 @@ const WAITING_OF_KEY = `t.status in ('scheduled', 'queued')`;
  * key's row and hashed every keyed task each busy sweep (69 ms at 100,000
  * keys of one task each). A key whose last task went otherwise (a
  * schedule's pause withdrew it) or whose row was locked when its last task
- * went keeps an idle row, running nothing, until the key is used again. Each candidate is looked up
- * by the primary key in a lateral of its own: joined to the unnest, the
- * planner read the slot table whole (custom) or rescanned the candidates for
- * every slot row (generic).
+ * went keeps an idle row, running nothing, until the key is used again.
+ * Each candidate is looked up by the primary key in a lateral of its own:
+ * joined to the unnest, the planner read the slot table whole (custom) or
+ * rescanned the candidates for every slot row (generic).
  */
 const slotsLockIdle = sql(
   'concurrency_slots_lock_idle',
@@ -154,7 +159,7 @@ const slotsLockIdle = sql(
    cross join lateral (
      select s.tenant, s.key from concurrency_slots s
      where s.tenant = c.tenant and s.key = c.key
-       and s.running <= (select coalesce(sum(f.n), 0) from concurrency_frees f where f.tenant = s.tenant and f.key = s.key)
+       and s.running <= ${UNCOUNTED_FREES}
        and not exists (select 1 from tasks t where t.tenant = s.tenant and t.concurrency_key = s.key and ${WAITING_OF_KEY})
      for update of s skip locked
    ) l

@@ -1930,7 +1930,7 @@ export const mutants: Mutant[] = [
     file: CONCURRENCY,
     statement: 'concurrency_slots_lock_idle, flow_control_purge_idle',
     guard: "idle_key: a key's slot row is forgotten only once nothing of it runs, its running count all freed (checked in both steps)",
-    find: `and s.running <= (select coalesce(sum(f.n), 0) from concurrency_frees f where f.tenant = s.tenant and f.key = s.key)`,
+    find: `and s.running <= \${UNCOUNTED_FREES}`,
     replace: ``,
     also: [
       {
@@ -2146,8 +2146,7 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'claim_skips_full_keys: a key with frees no claim has counted yet is not full',
-    find: `                    and s.running - coalesce((select sum(f.n)::int from concurrency_frees f
-                                              where f.tenant = s.tenant and f.key = s.key), 0) >= s.max_running)\``,
+    find: `                    and s.running - \${UNCOUNTED_FREES} >= s.max_running)\``,
     replace: `                    and s.running >= s.max_running)\``,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'leaves the tasks over the limit runnable',
@@ -2336,8 +2335,8 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_wake_parked',
     guard: "the safety net counts the frees no claim has counted yet as room",
-    find: `lateral (select greatest(0, s.running - coalesce((select sum(f.n)::int from concurrency_frees f`,
-    replace: `lateral (select greatest(0, s.running - 0 * coalesce((select sum(f.n)::int from concurrency_frees f`,
+    find: `lateral (select greatest(0, s.running - \${UNCOUNTED_FREES}) as running) h`,
+    replace: `lateral (select greatest(0, s.running - 0 * \${UNCOUNTED_FREES}) as running) h`,
     tests: ['test/tasks/concurrency.test.ts'],
   },
   {

@@ -3,7 +3,7 @@
 // concurrency key. Conventions: tasks-shared.ts.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { freeSlotsOf } from './concurrency.ts';
+import { freeSlotsOf, UNCOUNTED_FREES } from './concurrency.ts';
 import { at, batchRows, lostFromRow, rateBaseOf, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
 
 /** Queues that are not paused and hold runnable work. */
@@ -43,8 +43,7 @@ export interface ClaimedTask {
  */
 const KEY_IS_FULL = `exists (select 1 from concurrency_slots s
                   where s.tenant = t.tenant and s.key = t.concurrency_key and s.running >= s.max_running
-                    and s.running - coalesce((select sum(f.n)::int from concurrency_frees f
-                                              where f.tenant = s.tenant and f.key = s.key), 0) >= s.max_running)`;
+                    and s.running - ${UNCOUNTED_FREES} >= s.max_running)`;
 
 /**
  * Claims the lowest-vtime runnable tasks of one queue: locks them with SKIP
@@ -378,8 +377,7 @@ const tasksWakeParked = sql(
    room as (
      select s.tenant, s.key, s.max_running - h.running as free
      from parked_keys k join concurrency_slots s on s.tenant = k.tenant and s.key = k.key,
-          lateral (select greatest(0, s.running - coalesce((select sum(f.n)::int from concurrency_frees f
-                                                            where f.tenant = s.tenant and f.key = s.key), 0)) as running) h
+          lateral (select greatest(0, s.running - ${UNCOUNTED_FREES}) as running) h
      where h.running < s.max_running
      limit $1::int
    ),
