@@ -5,6 +5,8 @@
 // inside a transaction that is rolled back, then run for real, so the next
 // step sees the state the real one left. BENCH_RUNNING claims that many
 // tasks first (left running, as when the sweep is ahead of the consumers).
+// BENCH_FLOW (keyed, rated, rated1) gives every task the flow control of the
+// bench's flow phase.
 // An analysis aid for BENCHMARKS.md,
 // not part of `npm run bench`.
 import { consumeBatch } from '../src/consume/consume.ts';
@@ -13,7 +15,7 @@ import type { TaskMessage } from '../src/queue/messages.ts';
 import { dispatchRunnable } from '../src/sweep/sweep.ts';
 import { enqueueTasks } from '../src/tasks/enqueue.ts';
 import { BENCH_TENANT, benchConfig, benchLogger, benchRegistry, migrateProject, openProjectDb } from './core.ts';
-import { seedFinishedTasks } from './project.ts';
+import { flowOf, seedFinishedTasks, type DrainFlow } from './project.ts';
 import { startProxyProcess, startServer, withClient } from './server.ts';
 
 class Rollback extends Error {}
@@ -41,6 +43,7 @@ function explaining(db: Db, out: (name: string, plan: string) => void): Db {
 const tasks = Number(process.env.BENCH_TASKS ?? 20_000);
 const finishedRows = Number(process.env.BENCH_FINISHED_ROWS ?? 0);
 const running = Number(process.env.BENCH_RUNNING ?? 0);
+const flow = (process.env.BENCH_FLOW ?? 'plain') as DrainFlow;
 const server = await startServer(process.env.DATABASE_URL || undefined);
 const proxy = await startProxyProcess();
 try {
@@ -49,7 +52,7 @@ try {
   await seedFinishedTasks(url, finishedRows);
   const raw = await openProjectDb(url, proxy.address);
   const registry = benchRegistry(benchConfig);
-  const inputs = Array.from({ length: 1000 }, (_, i) => ({ task: 'noop', payload: { n: i } }));
+  const inputs = Array.from({ length: 1000 }, (_, i) => ({ task: 'noop', payload: { n: i }, ...flowOf(flow, i) }));
   for (let i = 0; i + 1000 < tasks; i += 1000) await enqueueTasks({ db: raw, config: benchConfig, registry }, BENCH_TENANT, inputs);
   await withClient(url, (c) => c.query('vacuum analyze tasks'));
   const { log } = benchLogger('explain');
@@ -62,7 +65,7 @@ try {
       claimed += (await dispatchRunnable({ db: raw, config, sender: parked, log, workerId: 'park', elapsed: () => t++ }, { queues: ['default'], deadline: 1 })).claimed;
     }
   }
-  console.log(`# ${tasks} queued tasks (the last 1,000 enqueued below), ${running} of them running, ${finishedRows} finished rows; PostgreSQL ${server.version}\n`);
+  console.log(`# ${tasks} queued tasks (the last 1,000 enqueued below), ${running} of them running, ${finishedRows} finished rows, flow ${flow}; PostgreSQL ${server.version}\n`);
   const print = (name: string, plan: string) => console.log(`## ${name}\n\n\`\`\`\n${plan}\n\`\`\`\n`);
   const db = explaining(raw, print);
   await enqueueTasks({ db, config: benchConfig, registry }, BENCH_TENANT, inputs);

@@ -123,7 +123,7 @@ export async function seedFinishedTasks(url: string, rows: number): Promise<void
 export type DrainFlow = 'plain' | 'keyed' | 'rated' | 'rated1';
 export const DRAIN_FLOWS: readonly DrainFlow[] = ['plain', 'keyed', 'rated', 'rated1'];
 const RATED_KEYS = 4;
-const flowOf = (flow: DrainFlow, i: number): Partial<TaskInput> =>
+export const flowOf = (flow: DrainFlow, i: number): Partial<TaskInput> =>
   flow === 'keyed'
     ? { concurrency: { key: 'bench', limit: 1000 } }
     : flow === 'rated'
