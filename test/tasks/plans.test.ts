@@ -137,7 +137,7 @@ describe('generic plans of the fenced batch writes', () => {
     expect(rated).toHaveLength(BATCH);
     const nodes = await planOf((q) => startIfClaimed(q, { now: at(11), tasks: rated, leaseGraceSeconds: 30 }));
     // One key: its line is read once, and each of its starts once.
-    expectLinear(nodes, 'msg', 'rate_decided', 'rate_base', 'places');
+    expectLinear(nodes, 'msg', 'rate_tasks', 'rate_decided', 'places');
     expectNoQueueReadPerTask(nodes);
     const { started } = await startIfClaimed(t.db, { now: at(11), tasks: rated, leaseGraceSeconds: 30 });
     expect(started).toHaveLength(BATCH);

@@ -2,11 +2,12 @@
 // claim reserves spaced starts, the fenced start enforces the line on the
 // starts it records. Time travels by the override; nothing sleeps.
 import { beforeEach, describe, expect, it } from 'vitest';
-import { at, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
+import { at, holdLocks, resetTables, T0, useTestDatabase } from '../helpers/db.ts';
 import { createHarness, type Harness } from '../helpers/harness.ts';
 import type { TaskInput } from '../../src/tasks/enqueue.ts';
 import { countStatements } from '../../src/db/seam.ts';
 import { claimTasks } from '../../src/db/sql/tasks-dispatch.ts';
+import { startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 
 const t = useTestDatabase();
 let h: Harness;
@@ -129,6 +130,34 @@ describe('rate limits', () => {
     expect(maxInWindow(all.map((r) => r.started_at!), 1000)).toBe(5);
   });
 
+  it('a line past the wait budget lets nothing through and stays, even for a start whose clock is older; the last place that fits moves it too', async () => {
+    await h.enqueue(rated(80), { now: T0 });
+    await h.sweep({ now: T0 });
+    const sent = h.outbox.take().sort((x, y) => x.body.runAt - y.body.runAt);
+    expect(sent.length).toBe(80);
+    const [first, older, last] = [sent.slice(0, 60), sent.slice(60, 70), sent.slice(70)];
+    // 51 start, 20 s late, at 20.0, 20.2, ..., 30.0 s (the last exactly at
+    // the end of the 10 s budget): the line stands at 30.2 s.
+    await h.consume(first.map((m) => m.body), { now: at(20) });
+    expect((await rows()).filter((r) => r.started_at !== null).length).toBe(51);
+    // A start whose statement began earlier (its now() is 19 s: it waited
+    // for the line while the one above moved it) finds the line 1.2 s past
+    // its budget: nothing fits, and the line stays at 30.2 s.
+    await h.consume(older.map((m) => m.body), { now: at(19) });
+    // At 20 s again the line is still 0.2 s past the budget: nothing starts
+    // beside the start at 30.0 s.
+    await h.consume(last.map((m) => m.body), { now: at(20) });
+    const after = await rows();
+    const started = after.filter((r) => r.started_at !== null);
+    expect(started.length).toBe(51);
+    expect(maxInWindow(started.map((r) => r.started_at!), 1000)).toBe(5);
+    expect(after.filter((r) => r.status === 'queued').every((r) => r.attempts === 0 && r.run_at.getTime() >= at(30.2).getTime())).toBe(true);
+    await cycle(at(21));
+    const all = await rows();
+    expect(all.filter((r) => r.status !== 'succeeded')).toEqual([]);
+    expect(maxInWindow(all.map((r) => r.started_at!), 1000)).toBe(5);
+  });
+
   it('a late message and the next one on time: the second waits for the line (starts stay a step apart)', async () => {
     await h.enqueue(rated(2, 'pair', 1, 1), { now: T0 });
     await h.sweep({ now: T0 });
@@ -219,6 +248,36 @@ describe('rate limits', () => {
       await older.close();
       await newer.close();
     }
+  });
+
+  it('a duplicate delivery started twice at once starts each task once: the second finds them started behind the line', async () => {
+    await h.enqueue(rated(10, 'dup', 100, 1), { now: T0 });
+    await h.sweep({ now: T0 });
+    const batch = h.outbox.take().map((m) => ({ id: m.body.id, epoch: m.body.epoch, rated: true }));
+    expect(batch).toHaveLength(10);
+    // Both starts read the tasks unstarted (rate_tasks takes no lock), then
+    // queue on the key's line, held here until both wait.
+    const release = await holdLocks(t, [[`insert into rate_start_lines (tenant, key) values ('acme', 'dup')`]]);
+    const [one, two] = [await t.open({ maxConnections: 1, applicationName: 'dup-start' }), await t.open({ maxConnections: 1, applicationName: 'dup-start' })];
+    try {
+      const starts = [one, two].map((db) => startIfClaimed(db, { now: at(1), tasks: batch, leaseGraceSeconds: 30 }));
+      let waiting = 0;
+      for (let i = 0; i < 200 && waiting < 2; i++) {
+        waiting = (await t.db.query(`select 1 from pg_stat_activity where application_name = 'dup-start' and wait_event_type = 'Lock'`)).length;
+        if (waiting < 2) await new Promise((r) => setTimeout(r, 25));
+      }
+      expect(waiting).toBe(2);
+      await release();
+      const counts = (await Promise.all(starts)).map((r) => r.started.length);
+      expect(counts.sort()).toEqual([0, 10]);
+    } finally {
+      await one.close();
+      await two.close();
+    }
+    const all = await rows('dup');
+    expect(all.every((r) => r.status === 'running' && r.attempts === 1 && r.started_at !== null)).toBe(true);
+    expect(maxInWindow(all.map((r) => r.started_at!), 1000)).toBe(10);
+    expect(maxInWindow(all.map((r) => r.started_at!), 10)).toBe(1);
   });
 
   it("keys are per tenant: another tenant's tasks with the same key are not spaced by it", async () => {

@@ -4,7 +4,7 @@
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
 import { freeSlotsOf, UNCOUNTED_FREES } from './concurrency.ts';
-import { at, batchRows, lostFromRow, rateBaseOf, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
+import { at, batchRows, lostFromRow, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
 
 /** Queues that are not paused and hold runnable work. */
 const queuesListClaimable = sql(
@@ -161,7 +161,15 @@ const tasksClaimRunnable = sql(
            window newest as (partition by p.tenant, p.rate_key order by p.id desc)) r
           left join rate_limits k on k.tenant = r.tenant and k.key = r.rate_key
    ),
-   ${rateBaseOf('rate_ranked')},
+   -- GCRA without bursts: each row's step (rate_limit_step, migration
+   -- 0018) and base, the earliest first start of the key's tasks up to pos
+   -- such that none of them, a step apart, starts before its due time.
+   rate_base as (
+     select r.*, rate_limit_step(r.max_starts, r.period_seconds) as step,
+            max(r.due - (r.pos - 1) * rate_limit_step(r.max_starts, r.period_seconds))
+              over (partition by r.tenant, r.rate_key order by r.pos) as base
+     from rate_ranked r
+   ),
    rate_groups as (
      select b.tenant, b.rate_key, b.max_starts, b.period_seconds, b.limit_task_id, b.step, array_agg(b.base order by b.pos) as bases
      from rate_base b

@@ -10,7 +10,6 @@ import {
   batchRows,
   countPendingOf,
   lostFromRow,
-  rateBaseOf,
   TASK_COLUMNS_NULLS_BUT_ID,
   TASK_COLUMNS_T,
   type LostFence,
@@ -63,6 +62,20 @@ const STARTED_COLUMNS = `${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
                greatest(0, extract(epoch from t.started_at - clock.now) * 1000)::float8 as wait_ms`;
 
 /**
+ * Where a key's start line stands after this statement's starts of it (over
+ * `k` of rate_keys and `clock`): every task the rated start takes is due, so
+ * the key's i-th starts at greatest(line, now) + (i - 1) steps, and those at
+ * or before the wait budget ($5 s from now) go; the line moves a step past
+ * the last of them (as far as it stood, if none does). In closed form: the
+ * count that fits is floor((budget's end - greatest(line, now)) / step) + 1,
+ * at most the key's n and at least none (a line past the budget). The
+ * epochs are numeric, so the division is exact.
+ */
+const startLineAfter = (line: string) => `greatest(${line}, clock.now)
+              + least(k.n, greatest(0, floor(extract(epoch from clock.now + make_interval(secs => $5::int) - greatest(${line}, clock.now))
+                                               / extract(epoch from k.step)) + 1))::int * k.step`;
+
+/**
  * Fenced start for a whole message batch: marks `started_at` only where id,
  * epoch and `running` still match and the attempt has not started yet, so a
  * duplicate delivery, a cancelled task or a stale epoch never runs. The lease
@@ -95,7 +108,7 @@ const STARTED_COLUMNS = `${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
  * with reason `rate_limited`.
  *
  * Two statements from this one text (issue 12): `rated` is the whole of it;
- * without, the rate limits' eight CTEs are left out, for batches whose
+ * without, the rate limits' seven CTEs are left out, for batches whose
  * messages say none of their tasks has a rate limit. A Worker plans every
  * statement afresh (a new connection per invocation), and those CTEs were
  * half of the start's planning (5.0-5.6 -> 2.2-2.6 ms per 100 tasks, custom plans).
@@ -106,61 +119,62 @@ const STARTED_COLUMNS = `${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
  */
 const startStatement = (rated: boolean) => `with clock as (select coalesce($1::timestamptz, now()) as now),
    msg as (${batchRows([['id', '$2::bigint[]'], ['epoch', '$3::bigint[]']])}),${rated ? `
-   -- The batch's rate-limited tasks, locked before their keys' start lines:
-   -- every statement takes task rows first, then line rows (unlocked here, a
-   -- start holding the key's row deadlocked against a claim, seen in the
-   -- bench, when both lines shared one row).
-   rate_locked as (
-     select t.id, msg.epoch, t.tenant, t.rate_key, t.run_at, t.rate_limit, t.rate_period_seconds
+   -- The batch's rate-limited tasks that may start, as this statement's
+   -- snapshot has them (not locked: a task cancelled meanwhile fails the
+   -- recheck in started_on_line and leaves its place unused, a gap in the
+   -- line, never an extra start). A rated task's row is written only after
+   -- its key's line row is held (started_on_line and rate_refused read the
+   -- places), so two starts of one task (a duplicate delivery) queue on the
+   -- line, not on each other's tasks. Locking them here cost a WAL record
+   -- per task (issue 16, seventh pass).
+   rate_tasks as (
+     select t.id, msg.epoch, t.tenant, t.rate_key, t.rate_limit, t.rate_period_seconds
      from msg join tasks t on t.id = msg.id cross join clock
      where t.id = any($2::bigint[]) and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
        and t.rate_key is not null
        -- start_only_when_due: an early message takes no place on the line yet.
        and t.run_at <= clock.now
        and (${NO_QUEUE_PAUSED} or not exists (select 1 from queues q where q.name = t.queue and q.paused))
-     order by t.id
-     for no key update of t
    ),
    -- start_rate_of_key: the spacing is the key's, as its last claim set it
    -- (from the most recently enqueued task it claimed), not that of the few
    -- tasks this statement starts: early messages start in groups, each with
    -- its own statement. The batch's newest only if the key has no row yet.
-   rate_due as (
-     select r.id, r.epoch, r.tenant, r.rate_key, greatest(clock.now, r.run_at) as due,
-            coalesce(k.max_starts, first_value(r.rate_limit) over newest) as max_starts,
-            coalesce(k.period_seconds, first_value(r.rate_period_seconds) over newest) as period_seconds,
-            row_number() over (partition by r.tenant, r.rate_key order by greatest(clock.now, r.run_at), r.id) as pos
-     from rate_locked r cross join clock
-          left join rate_limits k on k.tenant = r.tenant and k.key = r.rate_key
-     window newest as (partition by r.tenant, r.rate_key order by r.id desc)
+   -- One row per key: its tasks here (n) and its step.
+   rate_keys as (
+     select n.tenant, n.rate_key, n.n,
+            rate_limit_step(coalesce(k.max_starts, n.max_starts), coalesce(k.period_seconds, n.period_seconds)) as step
+     from (select distinct on (r.tenant, r.rate_key) r.tenant, r.rate_key,
+                  r.rate_limit as max_starts, r.rate_period_seconds as period_seconds,
+                  count(*) over (partition by r.tenant, r.rate_key)::int as n
+           from rate_tasks r
+           order by r.tenant, r.rate_key, r.id desc) n
+          left join rate_limits k on k.tenant = n.tenant and k.key = n.rate_key
    ),
-   ${rateBaseOf('rate_due')},
-   -- One row per key, each reading its own starts (per start, it read the
-   -- key's every start: quadratic in the batch).
+   -- start_line_advance: the line moves a step past every start it lets
+   -- through (startLineAfter), one row per key.
    rate_starts as (
      insert into rate_start_lines as l (tenant, key, next_start_at)
-     select b.tenant, b.rate_key,
-            coalesce((select max(x.base + x.pos * x.step) from rate_base x
-                      where x.tenant = b.tenant and x.rate_key = b.rate_key
-                        and x.base + (x.pos - 1) * x.step <= greatest(x.due, clock.now + make_interval(secs => $5::int))),
-                     '-infinity')
-     from (select distinct tenant, rate_key from rate_base) b, clock
-     order by b.tenant, b.rate_key
+     select k.tenant, k.rate_key, ${startLineAfter(`'-infinity'::timestamptz`)}
+     from rate_keys k, clock
+     order by k.tenant, k.rate_key
      on conflict (tenant, key) do update set
        start_from = l.next_start_at,
-       -- start_line_advance: the line moves past every start it lets through.
-       next_start_at = coalesce((select max(greatest(l.next_start_at, x.base) + x.pos * x.step) from rate_base x
-                                 where x.tenant = l.tenant and x.rate_key = l.key
-                                   and greatest(l.next_start_at, x.base) + (x.pos - 1) * x.step
-                                       <= greatest(x.due, (select now from clock) + make_interval(secs => $5::int))),
-                                l.next_start_at),
+       next_start_at = (select ${startLineAfter('l.next_start_at')}
+                        from rate_keys k, clock where k.tenant = l.tenant and k.rate_key = l.key),
        updated_at = now()
      returning l.tenant, l.key, l.start_from
    ),
+   -- The key's i-th task here (by id) is placed i - 1 steps after
+   -- greatest(line, now); over: past the wait budget.
    rate_decided as (
-     select b.id, b.epoch, s.start_at, s.start_at > greatest(b.due, clock.now + make_interval(secs => $5::int)) as over
-     from rate_base b join rate_starts g on g.tenant = b.tenant and g.key = b.rate_key, clock,
-          lateral (select greatest(g.start_from, b.base) + (b.pos - 1) * b.step as start_at) s
+     select r.id, r.epoch, s.start_at, s.start_at > clock.now + make_interval(secs => $5::int) as over
+     from (select r.id, r.epoch, r.tenant, r.rate_key,
+                  row_number() over (partition by r.tenant, r.rate_key order by r.id) as pos
+           from rate_tasks r) r
+          join rate_keys k on k.tenant = r.tenant and k.rate_key = r.rate_key
+          join rate_starts g on g.tenant = r.tenant and g.key = r.rate_key, clock,
+          lateral (select greatest(g.start_from, clock.now) + (r.pos - 1) * k.step as start_at) s
    ),` : ''}
    refused as (
      update tasks t set
@@ -178,7 +192,7 @@ const startStatement = (rated: boolean) => `with clock as (select coalesce($1::t
    ),${rated ? `
    -- refuse_over_rate: a start the line would push past the wait budget goes
    -- back queued with its vtime, the attempt refunded, run_at moved to when
-   -- the line allows (the rows rate_due found startable, rechecked). Named
+   -- the line allows (the rows rate_tasks found startable, rechecked). Named
    -- by the ids refused alone (usually none): by the batch's, the generic
    -- plan rescanned rate_decided and msg for every task row; by the join
    -- alone, it read tasks_running_idx whole.
@@ -225,7 +239,7 @@ const startStatement = (rated: boolean) => `with clock as (select coalesce($1::t
    ])}),
    -- A rate-limited start takes its place on the key's line: up to $5 s
    -- later than now (the consumer waits for it). The conditions are
-   -- rate_locked's, rechecked: it locked these rows.
+   -- rate_tasks's, rechecked on the row as it now stands.
    -- start_on_line_keeps_run_at: started_at records the place (never before
    -- run_at: the place is at or after the task's due time); run_at, in two
    -- indexes, is left as it was, so the start can be a HOT update.

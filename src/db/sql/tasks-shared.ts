@@ -1,7 +1,7 @@
 // What the task statements share: the clock-override convention, the
 // column lists over the alias `t`, the "not started" predicate, the pending
-// count step (countPendingOf), the rate-limit line's base (rateBaseOf) and
-// the lost-fence report of the fenced batch writes.
+// count step (countPendingOf) and the lost-fence report of the fenced batch
+// writes.
 //
 // The task statements. Each is one round trip, whatever the batch size: a batch
 // travels as parallel arrays (through unnest, or batchRows). Every parameter
@@ -73,21 +73,6 @@ export const countPendingOf = (name: string, sign: '+' | '-', rows: string) => `
      group by r.tenant
      order by r.tenant
      on conflict (tenant, shard) do update set n = c.n + excluded.n
-   )`;
-
-/**
- * GCRA without bursts over CTE `source` (columns tenant, rate_key, due,
- * max_starts, period_seconds, pos: a key's tasks in line order): CTE
- * `rate_base` adds each row's `step` (rate_limit_step, migration 0018) and
- * `base`: the earliest first start of the key's tasks up to `pos` such that
- * none of them, a step apart, starts before its due time. Shared by the claim's
- * reservation and the fenced start's line.
- */
-export const rateBaseOf = (source: string) => `rate_base as (
-     select r.*, rate_limit_step(r.max_starts, r.period_seconds) as step,
-            max(r.due - (r.pos - 1) * rate_limit_step(r.max_starts, r.period_seconds))
-              over (partition by r.tenant, r.rate_key order by r.pos) as base
-     from ${source} r
    )`;
 
 /**
