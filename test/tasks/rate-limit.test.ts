@@ -280,6 +280,21 @@ describe('rate limits', () => {
     expect(maxInWindow(all.map((r) => r.started_at!), 10)).toBe(1);
   });
 
+  it("rated_sent_by_key: a claim sends its rate-limited tasks after the rest, each key's together, so a consumer's batch starts on few lines", async () => {
+    const inputs: TaskInput[] = [];
+    for (let i = 0; i < 4; i++) inputs.push({ task: 'noop' }, ...rated(1, 'k-b', 1000), ...rated(1, 'k-a', 1000));
+    const ids = (await h.enqueue(inputs, { now: T0 })).map((r) => r.task!.id);
+    const keyOf = new Map(ids.map((id, i) => [id, inputs[i]!.rateLimit?.key ?? 'none']));
+    await h.sweep({ now: T0 });
+    const sent = h.outbox.take().map((m) => m.body.id);
+    expect(sent.map((id) => keyOf.get(id))).toEqual([...Array(4).fill('none'), ...Array(4).fill('k-a'), ...Array(4).fill('k-b')]);
+    // Within each group, the order they were enqueued (their vtimes).
+    for (const key of ['none', 'k-a', 'k-b']) {
+      const group = sent.filter((id) => keyOf.get(id) === key);
+      expect(group).toEqual(ids.filter((id) => keyOf.get(id) === key));
+    }
+  });
+
   it("keys are per tenant: another tenant's tasks with the same key are not spaced by it", async () => {
     await h.enqueue(rated(3, 'shared', 1, 10), { now: T0, tenant: 'a' });
     await h.enqueue(rated(3, 'shared', 1, 10), { now: T0, tenant: 'b' });

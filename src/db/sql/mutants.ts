@@ -2752,6 +2752,15 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/rate-limit.test.ts'],
   },
   {
+    id: 'claim-rated-sent-by-key',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: "rated_sent_by_key: a claim's rate-limited tasks go out after the rest, each key's together",
+    find: `order by rate_key collate "C" nulls first, vtime, id)`,
+    replace: `order by vtime, id)`,
+    tests: ['test/tasks/rate-limit.test.ts'],
+  },
+  {
     id: 'claim-rated',
     file: DISPATCH,
     statement: 'tasks_claim_runnable',

@@ -297,7 +297,7 @@ const tasksClaimRunnable = sql(
        updated_at = clock.now
      from decided d, clock
      where t.id = d.id and d.takes_slot
-     returning t.id, t.lease_epoch, t.run_at, t.vtime, t.traceparent, t.rate_key is not null as rated,
+     returning t.id, t.lease_epoch, t.run_at, t.vtime, t.traceparent, t.rate_key, t.rate_key is not null as rated,
                greatest(0, floor(extract(epoch from t.run_at - clock.now) * 1000))::bigint as delay_ms
    ),
    advanced as (
@@ -305,7 +305,13 @@ const tasksClaimRunnable = sql(
      from (select max(vtime) as v from claimed) m
      where q.name = $2::text and m.v is not null
    )
-   (select id, lease_epoch, run_at, delay_ms, traceparent, rated, null::int as held from claimed order by vtime, id)
+   -- rated_sent_by_key: the rate-limited tasks go out after the rest, a
+   -- key's together (in vtime order within it), so a consumer's batch starts
+   -- on few keys' start lines: each line a start takes is a row lock other
+   -- consumers' starts of that key wait on until it commits (issue 16,
+   -- seventh pass). Unrated tasks keep their vtime order.
+   (select id, lease_epoch, run_at, delay_ms, traceparent, rated, null::int as held from claimed
+    order by rate_key collate "C" nulls first, vtime, id)
    union all
    -- How many were held back (over a key's slots or its rate, or parked):
    -- the sweep keeps claiming while claimed + held fill batches.
