@@ -1,7 +1,7 @@
 // Turns the collected results into the table printed on stdout (and pasted
 // into BENCHMARKS.md), with every target judged beside its figure, met or
 // not met. Targets are reported, never asserted.
-import { fmt1, fmt2, fmtInt, type Summary } from './stats.ts';
+import { fmt1, fmt2, fmtInt, summarize, type Summary } from './stats.ts';
 
 export interface Row {
   workload: string;
@@ -21,6 +21,17 @@ export const verdict = (met: boolean | undefined): string => (met === undefined 
 export function ratio(a: Summary | undefined, b: Summary | undefined): number | undefined {
   if (!a || !b || !Number.isFinite(a.median) || !Number.isFinite(b.median) || b.median === 0) return undefined;
   return a.median / b.median;
+}
+
+/**
+ * The ratio of two series run in pairs (the i-th of `a` beside the i-th of
+ * `b`, back to back): each pair's ratio, summarized. A drift of the shared
+ * machine's speed between repetitions moves both of a pair alike, so these
+ * spread less than the rates themselves.
+ */
+export function pairedRatios(a: readonly { rate: number }[] | undefined, b: readonly { rate: number }[] | undefined): Summary | undefined {
+  if (!a || !b || a.length === 0 || a.length !== b.length) return undefined;
+  return summarize(a.map((r, i) => r.rate / b[i]!.rate));
 }
 
 export const x = (r: number | undefined) => (r === undefined ? 'n/a' : `${fmt2(r)}x`);

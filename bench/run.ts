@@ -33,7 +33,7 @@ import {
   type LatencyResult,
   type StepCount,
 } from './project.ts';
-import { fmt1, fmt2, fmtInt, range, ratio, renderTable, verdict, x, type Row } from './report.ts';
+import { fmt1, fmt2, fmtInt, pairedRatios, range, ratio, renderTable, verdict, x, type Row } from './report.ts';
 import { ignoreTerminatedConnections, root, startProxyProcess, startServer } from './server.ts';
 import { readSettings, type Settings, type SystemName } from './settings.ts';
 import { progress, repeat, summarize, type Summary } from './stats.ts';
@@ -360,7 +360,7 @@ try {
 }
 
 // The table ----------------------------------------------------------------------
-type Rated = { rate: Summary };
+type Rated = { rate: Summary; runs?: { rate: number }[] };
 const get = <T>(k: string) => F[k] as T | undefined;
 const rows: Row[] = [];
 const pe = get<{ single: Summary; batch: Summary }>('enqueue.pg-boss');
@@ -477,10 +477,15 @@ if (phase('flow')) {
   const keyed = ratio(flow?.keyed?.rate, flow?.plain?.rate);
   const rated = ratio(flow?.rated?.rate, flow?.plain?.rate);
   const rated1 = ratio(flow?.rated1?.rate, flow?.plain?.rate);
+  // Beside the ratio of the medians (the verdict's), each repetition's pair.
+  const paired = (f: DrainFlow) => {
+    const p = pairedRatios(flow?.[f]?.runs, flow?.plain?.runs);
+    return p ? `; per repetition ${range(p, (n) => `${fmt2(n)}x`)}` : '';
+  };
   rows.push({
     workload: `2c. drain ${fmtInt(settings.tasks)} with flow control on every task (tasks/s): plain; one concurrency key (limit 1,000); rate limits that never bind (4 keys of 10,000/s); one key of 10,000/s`,
     project: flow
-      ? `${range(flow.plain?.rate)}; keyed ${range(flow.keyed?.rate)} (${x(keyed)}); rated ${range(flow.rated?.rate)} (${x(rated)}); one rated key ${range(flow.rated1?.rate)} (${x(rated1)})`
+      ? `${range(flow.plain?.rate)}; keyed ${range(flow.keyed?.rate)} (${x(keyed)}${paired('keyed')}); rated ${range(flow.rated?.rate)} (${x(rated)}${paired('rated')}); one rated key ${range(flow.rated1?.rate)} (${x(rated1)}${paired('rated1')})`
       : 'n/a',
     pgboss: '',
     graphile: '',
