@@ -295,6 +295,14 @@ describe('rate limits', () => {
     }
   });
 
+  it("one claim of two tenants' tasks with the same key reserves each tenant's on its own line", async () => {
+    await h.enqueue(rated(3, 'shared', 1, 10), { now: T0, tenant: 'a' });
+    await h.enqueue(rated(3, 'shared', 1, 10), { now: T0, tenant: 'b' });
+    await h.sweep({ now: T0 });
+    const runAts = h.outbox.take().map((m) => m.body.runAt - T0.getTime()).sort((x, y) => x - y);
+    expect(runAts).toEqual([0, 0, 10_000, 10_000, 20_000, 20_000]);
+  });
+
   it("keys are per tenant: another tenant's tasks with the same key are not spaced by it", async () => {
     await h.enqueue(rated(3, 'shared', 1, 10), { now: T0, tenant: 'a' });
     await h.enqueue(rated(3, 'shared', 1, 10), { now: T0, tenant: 'b' });

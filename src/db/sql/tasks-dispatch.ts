@@ -144,36 +144,37 @@ const tasksClaimRunnable = sql(
      from displaced d, clock
      where t.id = d.id
    ),
-   -- rate_limit_of_newest (migration 0032): the key's limit is its newest
-   -- task's: the batch's newest, unless the key's row holds a newer one's.
-   rate_ranked as (
-     select r.id, r.tenant, r.rate_key, r.due, r.pos,
-            case when k.limit_task_id > r.newest_id then k.max_starts else r.batch_max_starts end as max_starts,
-            case when k.limit_task_id > r.newest_id then k.period_seconds else r.batch_period_seconds end as period_seconds,
-            greatest(r.newest_id, k.limit_task_id) as limit_task_id
-     from (select p.id, p.tenant, p.rate_key, greatest(p.run_at, clock.now) as due,
-                  first_value(p.rate_limit) over newest as batch_max_starts,
-                  first_value(p.rate_period_seconds) over newest as batch_period_seconds,
-                  first_value(p.id) over newest as newest_id,
-                  row_number() over (partition by p.tenant, p.rate_key order by p.run_at, p.vtime, p.id) as pos
-           from picked p, clock
+   -- rate_limit_of_newest (migration 0032): one row per key of the batch,
+   -- whose limit is its newest task's: the batch's newest, unless the key's
+   -- row holds a newer one's.
+   rate_keys as (
+     select n.tenant, n.rate_key,
+            case when k.limit_task_id > n.id then k.max_starts else n.rate_limit end as max_starts,
+            case when k.limit_task_id > n.id then k.period_seconds else n.rate_period_seconds end as period_seconds,
+            greatest(n.id, k.limit_task_id) as limit_task_id
+     from (select distinct on (p.tenant, p.rate_key) p.tenant, p.rate_key, p.id, p.rate_limit, p.rate_period_seconds
+           from picked p
            where p.rate_key is not null
-           window newest as (partition by p.tenant, p.rate_key order by p.id desc)) r
-          left join rate_limits k on k.tenant = r.tenant and k.key = r.rate_key
+           order by p.tenant, p.rate_key, p.id desc) n
+          left join rate_limits k on k.tenant = n.tenant and k.key = n.rate_key
    ),
-   -- GCRA without bursts: each row's step (rate_limit_step, migration
-   -- 0018) and base, the earliest first start of the key's tasks up to pos
-   -- such that none of them, a step apart, starts before its due time.
+   -- GCRA without bursts: each task's place in its key's line (pos, in due
+   -- order) and base, the earliest first start of the key's tasks up to pos
+   -- such that none of them, a step apart (rate_limit_step, migration 0018),
+   -- starts before its due time.
    rate_base as (
-     select r.*, rate_limit_step(r.max_starts, r.period_seconds) as step,
-            max(r.due - (r.pos - 1) * rate_limit_step(r.max_starts, r.period_seconds))
-              over (partition by r.tenant, r.rate_key order by r.pos) as base
-     from rate_ranked r
+     select r.*, max(r.due - (r.pos - 1) * r.step) over (partition by r.tenant, r.rate_key order by r.pos) as base
+     from (select p.id, p.tenant, p.rate_key, greatest(p.run_at, clock.now) as due,
+                  rate_limit_step(k.max_starts, k.period_seconds) as step,
+                  row_number() over (partition by p.tenant, p.rate_key order by p.run_at, p.vtime, p.id) as pos
+           from picked p join rate_keys k on k.tenant = p.tenant and k.rate_key = p.rate_key, clock) r
    ),
    rate_groups as (
-     select b.tenant, b.rate_key, b.max_starts, b.period_seconds, b.limit_task_id, b.step, array_agg(b.base order by b.pos) as bases
-     from rate_base b
-     group by b.tenant, b.rate_key, b.max_starts, b.period_seconds, b.limit_task_id, b.step
+     select k.tenant, k.rate_key, k.max_starts, k.period_seconds, k.limit_task_id,
+            rate_limit_step(k.max_starts, k.period_seconds) as step, b.bases
+     from rate_keys k
+          join (select b.tenant, b.rate_key, array_agg(b.base order by b.pos) as bases
+                from rate_base b group by b.tenant, b.rate_key) b on b.tenant = k.tenant and b.rate_key = k.rate_key
    ),
    -- reserve_within_lookahead: only starts the look-ahead may send move the
    -- line (rate_limit_line_after, migration 0018).
@@ -184,7 +185,7 @@ const tasksClaimRunnable = sql(
      from rate_groups g, clock
      order by g.tenant, g.rate_key
      on conflict (tenant, key) do update set
-       -- A claim that committed since rate_ranked read the row may have set
+       -- A claim that committed since rate_keys read the row may have set
        -- a newer task's limit: it stays (the start line spaces by it).
        max_starts = case when excluded.limit_task_id >= l.limit_task_id then excluded.max_starts else l.max_starts end,
        period_seconds = case when excluded.limit_task_id >= l.limit_task_id then excluded.period_seconds else l.period_seconds end,
