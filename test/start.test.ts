@@ -53,7 +53,7 @@ describe('npm start', () => {
     child = spawn('npm', ['start', '--silent'], { cwd: root, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
     child.stdout!.on('data', (d) => (output += String(d)));
     child.stderr!.on('data', (d) => (output += String(d)));
-    const exited = new Promise<number | null>((resolve) => child!.once('exit', (code) => resolve(code)));
+    const exited = new Promise<number | string | null>((resolve) => child!.once('exit', (code, sig) => resolve(code ?? sig)));
     const url = `http://127.0.0.1:${port}`;
 
     const health = await until(
@@ -86,9 +86,11 @@ describe('npm start', () => {
     const code = await exited;
     clearTimeout(killer);
     // The script exits 0; npm, signalled with its group as a terminal's Ctrl-C
-    // would, sometimes reports the SIGTERM it received itself (128 + 15) under
-    // load. The clean stop is what the lines below prove.
-    expect([0, 143], output.slice(-3000)).toContain(code);
+    // would, sometimes reports the SIGTERM it received itself under load: as
+    // 128 + 15, or by ending on the signal once its script has (exit code
+    // null, seen in one run of two here). Not SIGKILL: that is the 30 s
+    // killer above. The clean stop is what the lines below prove.
+    expect([0, 143, 'SIGTERM'], output.slice(-3000)).toContain(code);
     // npm exiting on the signal does not wait for its script, which may still
     // be stopping Postgres (seen once, 143 and no line yet): its own line says when.
     for (const deadline = Date.now() + 30_000; !output.includes('[start] postgres stopped') && Date.now() < deadline; ) {
