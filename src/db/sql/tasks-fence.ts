@@ -61,6 +61,9 @@ const NO_QUEUE_PAUSED = `(select true from queues p where p.paused limit 1) is n
 const STARTED_COLUMNS = `${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
                greatest(0, extract(epoch from t.started_at - clock.now) * 1000)::float8 as wait_ms`;
 
+/** The end of a rated start's wait budget ($5 s from now): the line's count and rate_decided's `over` read the same one. */
+const START_BUDGET_END = `clock.now + make_interval(secs => $5::int)`;
+
 /**
  * Where a key's start line stands after this statement's starts of it (over
  * `k` of rate_keys and `clock`): every task the rated start takes is due, so
@@ -72,7 +75,7 @@ const STARTED_COLUMNS = `${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
  * epochs are numeric, so the division is exact.
  */
 const startLineAfter = (line: string) => `greatest(${line}, clock.now)
-              + least(k.n, greatest(0, floor(extract(epoch from clock.now + make_interval(secs => $5::int) - greatest(${line}, clock.now))
+              + least(k.n, greatest(0, floor(extract(epoch from ${START_BUDGET_END} - greatest(${line}, clock.now))
                                                / extract(epoch from k.step)) + 1))::int * k.step`;
 
 /**
@@ -168,7 +171,7 @@ const startStatement = (rated: boolean) => `with clock as (select coalesce($1::t
    -- The key's i-th task here (by id) is placed i - 1 steps after
    -- greatest(line, now); over: past the wait budget.
    rate_decided as (
-     select r.id, r.epoch, s.start_at, s.start_at > clock.now + make_interval(secs => $5::int) as over
+     select r.id, r.epoch, s.start_at, s.start_at > ${START_BUDGET_END} as over
      from (select r.id, r.epoch, r.tenant, r.rate_key,
                   row_number() over (partition by r.tenant, r.rate_key order by r.id) as pos
            from rate_tasks r) r
