@@ -174,6 +174,80 @@ describe('concurrency limits', () => {
     expect(await parkedCount()).toBe(0);
   });
 
+  /** A claim in a transaction of its own, held open (its locks and its key turns with it) until released. */
+  async function claimHeld(limit: number): Promise<{ ids: string[]; release: () => Promise<void> }> {
+    const other = await t.open({ maxConnections: 1 });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let claimed!: (ids: string[]) => void;
+    const ids = new Promise<string[]>((r) => (claimed = r));
+    const holder = other.transaction(async (tx) => {
+      const c = await claimTasks(tx, { now: T0, queue: 'default', limit, claimedBy: 'first', leaseSeconds: 60 });
+      claimed(c.claimed.map((x) => x.id));
+      await held;
+    });
+    return {
+      ids: await Promise.race([ids, holder.then(() => [])]),
+      release: async () => {
+        release();
+        await holder;
+        await other.close();
+      },
+    };
+  }
+  const keysOf = async (ids: readonly string[]) =>
+    (await t.db.query<{ key: string | null }>(`select concurrency_key as key from tasks where id = any($1::bigint[]) order by id`, [ids])).map(
+      (r) => r.key,
+    );
+
+  it('claims at once pass over a near-full key another claim is claiming: the second neither locks its tasks nor holds them back', async () => {
+    // claim_passes_busy_keys: the first claim takes the key's turn and its two
+    // free slots; the second reads the key's other tasks first (lower ids,
+    // same due time) but leaves them to the key's turn, and claims the plain
+    // ones. Without the turn it took them too, waited for the first claim's
+    // slot row, found the key full and held them back.
+    await h.enqueue(Array.from({ length: 4 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 2 } })), { now: T0 });
+    await h.enqueue(Array.from({ length: 2 }, () => ({ task: 'slow' })), { now: T0 });
+    const vtimes = async () => (await t.db.query<{ v: string }>(`select vtime::text as v from tasks order by id`)).map((r) => r.v);
+    const before = await vtimes();
+    const first = await claimHeld(2);
+    expect(await keysOf(first.ids)).toEqual(['k', 'k']);
+    const second = claimTasks(t.db, { now: T0, queue: 'default', limit: 10, claimedBy: 'second', leaseSeconds: 60 });
+    await pause(200);
+    await first.release();
+    const c = await second;
+    expect(await keysOf(c.claimed.map((x) => x.id))).toEqual([null, null]);
+    expect(c.held).toBe(0);
+    // Every task keeps its place: the plain ones were the slots (their own
+    // vtimes), not the key's tasks passed over.
+    expect(await vtimes()).toEqual(before);
+    expect(await expectSlotMatches('acme', 'k')).toBe(2);
+    const waiting = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status = 'queued' and not parked and concurrency_key = 'k'`);
+    expect(waiting[0]!.n).toBe(2);
+  });
+
+  it('claims at once both take a key with room for both: the second waits for the first and claims its share', async () => {
+    await h.enqueue(Array.from({ length: 4 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 100 } })), { now: T0 });
+    const first = await claimHeld(2);
+    expect(first.ids).toHaveLength(2);
+    const second = claimTasks(t.db, { now: T0, queue: 'default', limit: 2, claimedBy: 'second', leaseSeconds: 60 });
+    await pause(200);
+    await first.release();
+    const c = await second;
+    expect(await keysOf(c.claimed.map((x) => x.id))).toEqual(['k', 'k']);
+    expect(await expectSlotMatches('acme', 'k')).toBe(4);
+  });
+
+  it('a claim tries its turn on at most 32 keys (each an entry in the lock table while it runs)', async () => {
+    await h.enqueue(Array.from({ length: 100 }, (_, i) => ({ task: 'slow', concurrency: { key: `k${i}`, limit: 1 } })), { now: T0 });
+    const locks = await t.db.transaction(async (tx) => {
+      const c = await claimTasks(tx, { now: T0, queue: 'default', limit: 100, claimedBy: 'test', leaseSeconds: 60 });
+      expect(c.claimed).toHaveLength(100);
+      return tx.query<{ n: number }>(`select count(*)::int as n from pg_locks where locktype = 'advisory' and pid = pg_backend_pid()`);
+    });
+    expect(locks[0]!.n).toBe(32);
+  });
+
   it('parks the tasks of a full key a claim passes over to reach other work; a finish frees a slot and wakes one', async () => {
     await h.enqueue(Array.from({ length: 5 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 2 } })), { now: T0 });
     expect((await h.sweep({ now: T0 })).claimed).toBe(2);

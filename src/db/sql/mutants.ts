@@ -934,11 +934,11 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'skip locked',
-    find: `or not \${KEY_IS_FULL})
+    find: `and \${KEY_NOT_BUSY}))
      order by t.vtime, t.id
      limit $3::int
      for update of t skip locked`,
-    replace: `or not \${KEY_IS_FULL})
+    replace: `and \${KEY_NOT_BUSY}))
      order by t.vtime, t.id
      limit $3::int
      for update of t`,
@@ -2146,6 +2146,52 @@ export const mutants: Mutant[] = [
     replace: `freed as (select tenant, key, 0 as n from freed_rows group by tenant, key),`,
     tests: ['test/tasks/concurrency.test.ts'],
   },
+  // Claims at once leave a near-full key to the claim whose turn it is
+  // (claim_passes_busy_keys).
+  {
+    id: 'claim-passes-busy-keys',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: "claim_passes_busy_keys: the fair slots' scan passes over a key another claim's turn holds",
+    find: `       and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
+     order by t.vtime, t.id`,
+    replace: `       and (t.concurrency_key is null or not \${KEY_IS_FULL})
+     order by t.vtime, t.id`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'claims at once pass over a near-full key',
+  },
+  {
+    id: 'claim-pick-passes-busy-keys',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: "claim_passes_busy_keys: each tenant's pick by priority passes over a key another claim's turn holds",
+    find: `         and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
+       order by t.priority desc, t.run_at, t.id`,
+    replace: `         and (t.concurrency_key is null or not \${KEY_IS_FULL})
+       order by t.priority desc, t.run_at, t.id`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'claims at once pass over a near-full key',
+  },
+  {
+    id: 'claim-turns-near-full',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: 'claim_passes_busy_keys: only a key without room for two batches takes turns; claims at once share a roomy one',
+    find: `and s.max_running - greatest(0, s.running - \${UNCOUNTED_FREES}) < 2 * $3::int)`,
+    replace: `and true)`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'claims at once both take a key with room',
+  },
+  {
+    id: 'claim-turns-bounded',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: 'claim_passes_busy_keys: a claim tries at most KEY_TURNS turns (lock table entries)',
+    find: `           limit \${KEY_TURNS}) k`,
+    replace: `           ) k`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'at most 32 keys',
+  },
   // A claim takes no more of a key than its free slots, and parks only what
   // it passed over (claim_skips_full_keys, park_passed_full_keys).
   {
@@ -2153,9 +2199,10 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "claim_skips_full_keys: the fair slots' scan passes over a full key's tasks",
-    find: `       and (t.concurrency_key is null or not \${KEY_IS_FULL})
+    find: `       and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
      order by t.vtime, t.id`,
-    replace: `     order by t.vtime, t.id`,
+    replace: `       and (t.concurrency_key is null or \${KEY_NOT_BUSY})
+     order by t.vtime, t.id`,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'leaves the tasks over the limit runnable',
   },
@@ -2176,9 +2223,10 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "claim_skips_full_keys: each tenant's pick by priority passes over a full key's tasks",
-    find: `         and (t.concurrency_key is null or not \${KEY_IS_FULL})
+    find: `         and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
        order by t.priority desc, t.run_at, t.id`,
-    replace: `       order by t.priority desc, t.run_at, t.id`,
+    replace: `         and (t.concurrency_key is null or \${KEY_NOT_BUSY})
+       order by t.priority desc, t.run_at, t.id`,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'passes over the full key next',
   },

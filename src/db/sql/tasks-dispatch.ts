@@ -46,6 +46,16 @@ const KEY_IS_FULL = `exists (select 1 from concurrency_slots s
                     and s.running - ${UNCOUNTED_FREES} >= s.max_running)`;
 
 /**
+ * claim_passes_busy_keys: the most keys a claim tries a turn on (each turn
+ * it gets is an entry in the shared lock table until it commits).
+ */
+const KEY_TURNS = 32;
+/** The advisory lock's first key (the second is the hash of tenant and key). */
+const KEY_TURN_LOCK = 16_001;
+/** Task `t`'s concurrency key is not another claim's turn (key_turns). */
+const KEY_NOT_BUSY = `(t.tenant, t.concurrency_key) not in (select b.tenant, b.key from key_turns b where not b.mine)`;
+
+/**
  * Claims the lowest-vtime runnable tasks of one queue: locks them with SKIP
  * LOCKED (overlapping sweeps take disjoint sets), marks them `running` with a
  * bumped epoch, an attempt counted and a lease that covers the wait until
@@ -82,6 +92,25 @@ const KEY_IS_FULL = `exists (select 1 from concurrency_slots s
  * at 0.89-0.92x once only passed-over tasks are parked (BENCHMARKS.md,
  * issue 16, sixth pass).
  *
+ * claim_passes_busy_keys (issue 16): claims running at once (two sweep
+ * loops, the pumps) take turns on a nearly full concurrency key. Each claim
+ * tries a turn (`key_turns`: a transaction-scoped advisory lock, tried, never
+ * waited for) on the keys of the first batch of runnable tasks it reads that
+ * have room for fewer than two batches, at most KEY_TURNS of them, and its
+ * scans pass over the tasks of the keys whose turn another claim holds:
+ * neither locked, written nor counted as held. Without the turns the second
+ * claim locked a batch of the key, waited on the first's slot row until it
+ * committed, found the key full and held them all back: under one key of
+ * limit 1,000 and two sweep loops, 12,600-16,200 holds per 20,000 tasks,
+ * 1,414-1,492 B of WAL per task against 1,316-1,324 with turns, 6-8 % of
+ * busy samples waiting on a lock against 1 % (BENCHMARKS.md, issue 16,
+ * eighth pass). The turns are tried once, before either scan reads a keyed
+ * task, so both scans agree on them. A key with room for two batches takes no turn: claims at once both
+ * get slots of it. Rate keys take none either: a second claim of a rate key
+ * is served (its places follow the first's on the line), so passing over
+ * them idled the second sweep loop (rated drain 0.70-0.72x against
+ * 0.82-0.87x in one A/B).
+ *
  * Rate limits (issue 16, `rate_lines`, migration 0018): each rate-limited
  * task of the batch is reserved a start on its key's claim line (GCRA
  * without bursts: a step of period / limit after the previous reservation,
@@ -95,11 +124,28 @@ const KEY_IS_FULL = `exists (select 1 from concurrency_slots s
 const tasksClaimRunnable = sql(
   'tasks_claim_runnable',
   `with clock as (select coalesce($1::timestamptz, now()) as now),
+   -- claim_passes_busy_keys: a turn tried, once, on each nearly full key of
+   -- the first batch of runnable tasks (read unlocked, as far as the scans
+   -- would go).
+   key_turns as materialized (
+     select k.tenant, k.key, pg_try_advisory_xact_lock(${KEY_TURN_LOCK}, hashtext(k.tenant || '/' || k.key)) as mine
+     from (select d.tenant, d.key
+           from (select distinct w.tenant, w.concurrency_key as key
+                 from (select p.tenant, p.concurrency_key from tasks p
+                       where p.status = 'queued' and not p.parked and p.queue = $2::text
+                       order by p.vtime, p.id
+                       limit $3::int) w
+                 where w.concurrency_key is not null) d
+           where exists (select 1 from concurrency_slots s
+                         where s.tenant = d.tenant and s.key = d.key
+                           and s.max_running - greatest(0, s.running - ${UNCOUNTED_FREES}) < 2 * $3::int)
+           limit ${KEY_TURNS}) k
+   ),
    slots as (
      select t.id, t.tenant, t.vtime from tasks t
      where t.status = 'queued' and not t.parked and t.queue = $2::text
        and not exists (select 1 from queues q where q.name = $2::text and q.paused)
-       and (t.concurrency_key is null or not ${KEY_IS_FULL})
+       and (t.concurrency_key is null or (not ${KEY_IS_FULL} and ${KEY_NOT_BUSY}))
      order by t.vtime, t.id
      limit $3::int
      for update of t skip locked
@@ -110,7 +156,7 @@ const tasksClaimRunnable = sql(
        select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit,
               t.rate_key, t.rate_limit, t.rate_period_seconds from tasks t
        where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
-         and (t.concurrency_key is null or not ${KEY_IS_FULL})
+         and (t.concurrency_key is null or (not ${KEY_IS_FULL} and ${KEY_NOT_BUSY}))
        order by t.priority desc, t.run_at, t.id
        limit s.k
        for update of t skip locked) b
