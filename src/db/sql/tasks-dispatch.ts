@@ -102,14 +102,16 @@ const KEY_NOT_BUSY = `(t.tenant, t.concurrency_key) not in (select b.tenant, b.k
  * claim locked a batch of the key, waited on the first's slot row until it
  * committed, found the key full and held them all back: under one key of
  * limit 1,000 and two sweep loops, 12,600-16,200 holds per 20,000 tasks,
- * 1,414-1,492 B of WAL per task against 1,316-1,324 with turns, 6-8 % of
+ * 1,414-1,492 B of WAL per task against 1,310-1,340 with turns, 6-8 % of
  * busy samples waiting on a lock against 1 % (BENCHMARKS.md, issue 16,
  * eighth pass). The turns are tried once, before either scan reads a keyed
- * task, so both scans agree on them. A key with room for two batches takes no turn: claims at once both
- * get slots of it. Rate keys take none either: a second claim of a rate key
- * is served (its places follow the first's on the line), so passing over
- * them idled the second sweep loop (rated drain 0.70-0.72x against
- * 0.82-0.87x in one A/B).
+ * task, so both scans agree on them. A key with room for two batches takes
+ * no turn: claims at once both get slots of it. Rate keys take none either:
+ * a second claim of a rate key is served (its places follow the first's on
+ * the line), so passing over them idled the second sweep loop (rated drain
+ * 0.70-0.72x against 0.82-0.87x in one A/B). A claim that claims anything
+ * still waits for another claim of its queue at the end, on the queue's row
+ * (`advanced`).
  *
  * Rate limits (issue 16, `rate_lines`, migration 0018): each rate-limited
  * task of the batch is reserved a start on its key's claim line (GCRA
