@@ -265,6 +265,34 @@ describe('concurrency limits', () => {
     expect(done[0]!.n).toBe(6);
   });
 
+  it("a task enqueued into a full key goes in parked, out of the claims' way; a finish wakes it and it is claimed next", async () => {
+    // parked_if_key_full: runnable, every claim that found nothing else read
+    // it again while the key stayed full.
+    await h.enqueue({ task: 'slow', concurrency: { key: 'k', limit: 1 } }, { now: T0 });
+    expect((await h.sweep({ now: T0 })).claimed).toBe(1);
+    await h.enqueue(Array.from({ length: 3 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 1 } })), { now: at(1) });
+    await h.enqueue({ task: 'slow', concurrency: { key: 'other', limit: 1 } }, { now: at(1) });
+    expect(await parkedCount()).toBe(3);
+    expect((await h.sweep({ now: at(1) })).claimed).toBe(1);
+    await h.consume(h.outbox.take().map((m) => m.body), { now: at(2) });
+    expect(await parkedCount()).toBe(2);
+    expect((await h.sweep({ now: at(3) })).claimed).toBe(1);
+    expect(await expectSlotMatches('acme', 'k')).toBe(1);
+  });
+
+  it('a task that comes due under a full key is made runnable parked; scheduled, it is not parked', async () => {
+    await h.enqueue({ task: 'slow', concurrency: { key: 'k', limit: 1 } }, { now: T0 });
+    expect((await h.sweep({ now: T0 })).claimed).toBe(1);
+    await h.enqueue({ task: 'slow', delay: 120, concurrency: { key: 'k', limit: 1 } }, { now: T0 });
+    const waiting = async () => t.db.query<{ status: string; parked: boolean }>(`select status, parked from tasks where status <> 'running'`);
+    expect(await waiting()).toEqual([{ status: 'scheduled', parked: false }]);
+    expect((await h.sweep({ now: at(100) })).claimed).toBe(0);
+    expect(await waiting()).toEqual([{ status: 'queued', parked: true }]);
+    // The key frees: the finish wakes it and the next sweep claims it.
+    await h.consume(h.outbox.take().map((m) => m.body), { now: at(121) });
+    expect((await h.sweep({ now: at(122) })).claimed).toBe(1);
+  });
+
   it("a claim choosing by priority keeps the tenant's virtual times when its key holds a chosen task back, and passes over the full key next", async () => {
     await h.enqueue(Array.from({ length: 2 }, () => ({ task: 'slow' })), { now: T0 });
     await h.enqueue(Array.from({ length: 3 }, () => ({ task: 'slow', priority: 10, concurrency: { key: 'k', limit: 1 } })), { now: T0 });

@@ -48,6 +48,33 @@ export const freeSlotsOf = (left: string) => `slots_freed as (
  */
 export const UNCOUNTED_FREES = `coalesce((select sum(f.n)::int from concurrency_frees f where f.tenant = s.tenant and f.key = s.key), 0)`;
 
+/**
+ * The concurrency key `key` of tenant `tenant` has no free slot (its slot
+ * row less the frees no claim has counted yet). A key is full only while its
+ * row's running count reaches its limit. Asked of the slot row's primary key,
+ * per task: as a set of every full key, it read concurrency_slots whole, and
+ * beside 200,000 keys in use its estimate took every claim's cost past
+ * jit_above_cost (3.3 s of JIT compilation for a claim of 500 plain tasks).
+ */
+export const keyIsFull = (tenant: string, key: string) => `exists (select 1 from concurrency_slots s
+                  where s.tenant = ${tenant} and s.key = ${key} and s.running >= s.max_running
+                    and s.running - ${UNCOUNTED_FREES} >= s.max_running)`;
+
+/**
+ * parked_if_key_full: a task made runnable (`runnable`) under a concurrency
+ * key that is full goes in parked, out of the runnable index, by the
+ * enqueue and the promote; a freed slot wakes it (freeSlotsOf, the sweep's
+ * tasks_wake_parked). Runnable, it was read by every claim while the key
+ * stayed full: a claim that found nothing else read the key's whole backlog
+ * (239 ms beside 199,000 waiting, BENCHMARKS.md, issue 16, eighth pass), and
+ * one tenant's steady stream into a saturated key grew that without bound.
+ * The key's tasks already runnable when it filled stay so (a claim parks
+ * those it passes over to reach other work). A free that commits while the
+ * task is being written does not see it: the sweep's wake takes it then.
+ */
+export const parkedIfKeyFull = (runnable: string, tenant: string, key: string) =>
+  `(${runnable} and ${key} is not null and ${keyIsFull(tenant, key)})`;
+
 export interface ConcurrencySlot {
   key: string;
   running: number;

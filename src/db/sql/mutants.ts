@@ -2192,6 +2192,37 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'at most 32 keys',
   },
+  // A task made runnable under a full key goes in parked (parked_if_key_full).
+  {
+    id: 'enqueue-parks-if-key-full',
+    file: ENQUEUE,
+    statement: 'tasks_insert_batch, tasks_insert_batch_plain',
+    guard: 'parked_if_key_full: a task enqueued runnable under a full key is inserted parked',
+    find: `            \${parkedIfKeyFull('r.runnable', '$2::text', 'r.concurrency_key')}`,
+    replace: `            false`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'enqueued into a full key',
+  },
+  {
+    id: 'promote-parks-if-key-full',
+    file: MAINTENANCE,
+    statement: 'tasks_promote_due',
+    guard: 'parked_if_key_full: a task that comes due under a full key is made runnable parked',
+    find: `parked = \${parkedIfKeyFull('true', 't.tenant', 't.concurrency_key')}`,
+    replace: `parked = false`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'comes due under a full key',
+  },
+  {
+    id: 'parked-if-key-full-runnable',
+    file: CONCURRENCY,
+    statement: 'tasks_insert_batch',
+    guard: 'parked_if_key_full: only a runnable task is parked (a scheduled one is not)',
+    find: `\`(\${runnable} and \${key} is not null`,
+    replace: `\`(\${key} is not null`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'comes due under a full key',
+  },
   // A claim takes no more of a key than its free slots, and parks only what
   // it passed over (claim_skips_full_keys, park_passed_full_keys).
   {
@@ -2208,12 +2239,12 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'claim-full-key-by-slot-row',
-    file: DISPATCH,
+    file: CONCURRENCY,
     statement: 'tasks_claim_runnable',
     guard: "claim_skips_full_keys: a task's key is asked of its slot row by primary key, not as a set of every full key",
-    find: `const KEY_IS_FULL = \`exists (select 1 from concurrency_slots s
-                  where s.tenant = t.tenant and s.key = t.concurrency_key and s.running >= s.max_running`,
-    replace: `const KEY_IS_FULL = \`(t.tenant, t.concurrency_key) in (select s.tenant, s.key from concurrency_slots s
+    find: `export const keyIsFull = (tenant: string, key: string) => \`exists (select 1 from concurrency_slots s
+                  where s.tenant = \${tenant} and s.key = \${key} and s.running >= s.max_running`,
+    replace: `export const keyIsFull = (tenant: string, key: string) => \`(\${tenant}, \${key}) in (select s.tenant, s.key from concurrency_slots s
                   where s.running >= s.max_running`,
     tests: ['test/tasks/plans.test.ts'],
     testName: 'many concurrency keys',
@@ -2232,7 +2263,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'claim-full-keys-less-frees',
-    file: DISPATCH,
+    file: CONCURRENCY,
     statement: 'tasks_claim_runnable',
     guard: 'claim_skips_full_keys: a key with frees no claim has counted yet is not full',
     find: `                    and s.running - \${UNCOUNTED_FREES} >= s.max_running)\``,

@@ -3,7 +3,7 @@
 // concurrency key. Conventions: tasks-shared.ts.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { freeSlotsOf, UNCOUNTED_FREES } from './concurrency.ts';
+import { freeSlotsOf, keyIsFull, UNCOUNTED_FREES } from './concurrency.ts';
 import { at, batchRows, lostFromRow, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
 
 /** Queues that are not paused and hold runnable work. */
@@ -32,18 +32,8 @@ export interface ClaimedTask {
   rated: boolean;
 }
 
-/**
- * claim_skips_full_keys: task `t`'s concurrency key has no free slot (its
- * slot row less the frees no claim has counted yet). A key is full only
- * while its row's running count reaches its limit. Asked per keyed task the
- * scans read, of the slot row's primary key: as a set of every full key, it
- * read concurrency_slots whole, and beside 200,000 keys in use its estimate
- * took every claim's cost past jit_above_cost (3.3 s of JIT compilation for
- * a claim of 500 plain tasks).
- */
-const KEY_IS_FULL = `exists (select 1 from concurrency_slots s
-                  where s.tenant = t.tenant and s.key = t.concurrency_key and s.running >= s.max_running
-                    and s.running - ${UNCOUNTED_FREES} >= s.max_running)`;
+/** claim_skips_full_keys: task `t`'s concurrency key has no free slot (keyIsFull). */
+const KEY_IS_FULL = keyIsFull('t.tenant', 't.concurrency_key');
 
 /**
  * claim_passes_busy_keys: the most keys a claim tries a turn on (each turn
@@ -90,7 +80,8 @@ const KEY_NOT_BUSY = `(t.tenant, t.concurrency_key) not in (select b.tenant, b.k
  * a claim held back cost two row versions each (the park and the wake): the
  * drain under one key of limit 1,000 ran at 0.71-0.75x the plain drain, and
  * at 0.89-0.92x once only passed-over tasks are parked (BENCHMARKS.md,
- * issue 16, sixth pass).
+ * issue 16, sixth pass). A task made runnable while its key is full is
+ * parked from the start (parked_if_key_full, concurrency.ts).
  *
  * claim_passes_busy_keys (issue 16): claims running at once (two sweep
  * loops, the pumps) take turns on a nearly full concurrency key. Each claim

@@ -4,7 +4,7 @@
 import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { slotLimitsOf } from './concurrency.ts';
+import { parkedIfKeyFull, slotLimitsOf } from './concurrency.ts';
 import { taskFromRow, type Delivery, type Task, type TaskCallback, type TaskRow, type TaskStatus } from './taskRows.ts';
 import { at, CLAIMED_NOT_STARTED, countPendingOf, NEVER_RAN, NOT_STARTED, TASK_COLUMNS_T, type Now } from './tasks-shared.ts';
 
@@ -189,11 +189,12 @@ const insertBatch = (keyed: boolean, tail: string) => `with clock as (select coa
      insert into tasks as t (tenant, queue, task, payload, status, run_at, max_attempts, backoff_base_ms,
                              backoff_max_ms, timeout_ms, delivery, idempotency_key, vtime, created_at, updated_at,
                              traceparent, tracestate, concurrency_key, concurrency_limit, priority, callback,
-                             rate_key, rate_limit, rate_period_seconds)
+                             rate_key, rate_limit, rate_period_seconds, parked)
      select $2::text, r.queue, r.task, r.payload, case when r.runnable then 'queued' else 'scheduled' end,
             r.due_at, r.max_attempts, r.backoff_base_ms, r.backoff_max_ms, r.timeout_ms, r.delivery,
             r.idempotency_key, r.vtime, clock.now, clock.now, $16::text, $17::text,
-            r.concurrency_key, r.concurrency_limit, r.priority, r.callback, r.rate_key, r.rate_limit, r.rate_period_seconds
+            r.concurrency_key, r.concurrency_limit, r.priority, r.callback, r.rate_key, r.rate_limit, r.rate_period_seconds,
+            ${parkedIfKeyFull('r.runnable', '$2::text', 'r.concurrency_key')}
      from rows r, clock
      order by r.ord
      ${tail}

@@ -2,7 +2,7 @@
 // leases, purge finished tasks past retention. Conventions: tasks-shared.ts.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { freeSlotsOf, type FlowKey } from './concurrency.ts';
+import { freeSlotsOf, parkedIfKeyFull, type FlowKey } from './concurrency.ts';
 import { FAIR_VTIME_OF_INPUT } from './tasks-enqueue.ts';
 import { at, countPendingOf, type Now } from './tasks-shared.ts';
 
@@ -10,7 +10,8 @@ import { at, countPendingOf, type Now } from './tasks-shared.ts';
  * Makes due `scheduled` tasks runnable: locks a bounded batch (SKIP LOCKED, so
  * concurrent sweeps split the work), advances each (queue, tenant) row once
  * for its share of the batch, and gives every task its vtime in run_at order
- * (the fair step every statement that makes tasks runnable shares).
+ * (the fair step every statement that makes tasks runnable shares). A task
+ * of a full concurrency key is made runnable parked (parked_if_key_full).
  */
 const tasksPromoteDue = sql(
   'tasks_promote_due',
@@ -30,7 +31,8 @@ const tasksPromoteDue = sql(
      select d.id, d.queue, d.tenant, true as runnable, row_number() over (order by d.run_at, d.id) as ord from due d
    ),
    ${FAIR_VTIME_OF_INPUT}
-   update tasks t set status = 'queued', vtime = r.vtime, parked = false, updated_at = clock.now
+   update tasks t set status = 'queued', vtime = r.vtime,
+     parked = ${parkedIfKeyFull('true', 't.tenant', 't.concurrency_key')}, updated_at = clock.now
    from rows r, clock
    where t.id = r.id
    returning t.id`,
