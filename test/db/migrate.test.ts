@@ -288,6 +288,16 @@ describe('migrate', () => {
     expect(await db.query(`select count(*)::int as n from pg_class where relname = 'tasks_concurrency_key_idx'`)).toEqual([{ n: 0 }]);
     await db.close();
   });
+
+  it('0034 (parked tasks by priority) indexes the parked tasks of tasks in every status and drops the old index', async () => {
+    const { db, migrations } = await dbBefore('0034_');
+    await insertTasksInEveryStatus(db);
+    await db.query(`update tasks set concurrency_key = 'k', concurrency_limit = 1, parked = (status = 'queued')`);
+    await migrate(db, migrations);
+    expect(await betaThrough(db, 'tasks_parked_priority_idx', `concurrency_key = 'k' and status = 'queued' and parked`)).toBe(3);
+    expect(await db.query(`select count(*)::int as n from pg_class where relname = 'tasks_parked_idx'`)).toEqual([{ n: 0 }]);
+    await db.close();
+  });
 });
 
 /** Counts tenant beta's tasks matching `predicate`, with sequential and bitmap scans off; the plan must read `index`. */

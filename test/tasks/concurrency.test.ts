@@ -293,6 +293,30 @@ describe('concurrency limits', () => {
     expect((await h.sweep({ now: at(122) })).claimed).toBe(1);
   });
 
+  it("a freed slot wakes its key's parked task of highest priority first (migration 0034)", async () => {
+    await h.enqueue({ task: 'slow', concurrency: { key: 'k', limit: 1 } }, { now: T0 });
+    expect((await h.sweep({ now: T0 })).claimed).toBe(1);
+    await h.enqueue(Array.from({ length: 3 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 1 } })), { now: at(1) });
+    const [urgent] = await h.enqueue({ task: 'slow', priority: 10, concurrency: { key: 'k', limit: 1 } }, { now: at(1) });
+    expect(await parkedCount()).toBe(4);
+    await h.consume(h.outbox.take().map((m) => m.body), { now: at(2) });
+    const woken = await t.db.query<{ id: string }>(`select id::text from tasks where status = 'queued' and not parked`);
+    expect(woken).toEqual([{ id: urgent!.task!.id }]);
+  });
+
+  it("the sweep's wake of a raised limit wakes the parked task of highest priority first", async () => {
+    await h.enqueue({ task: 'slow', concurrency: { key: 'k', limit: 1 } }, { now: T0 });
+    expect((await h.sweep({ now: T0 })).claimed).toBe(1);
+    await h.enqueue(Array.from({ length: 2 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 1 } })), { now: at(1) });
+    const [urgent] = await h.enqueue({ task: 'slow', priority: 10, concurrency: { key: 'k', limit: 1 } }, { now: at(1) });
+    // The newest task raises the key's limit to 2: one more slot, which only the sweep's wake fills.
+    await h.enqueue({ task: 'slow', concurrency: { key: 'k', limit: 2 } }, { now: at(1) });
+    expect(await parkedCount()).toBe(4);
+    expect((await h.sweep({ now: at(2) })).claimed).toBe(1);
+    const running = await t.db.query<{ id: string }>(`select id::text from tasks where status = 'running' and priority = 10`);
+    expect(running).toEqual([{ id: urgent!.task!.id }]);
+  });
+
   it("a claim choosing by priority keeps the tenant's virtual times when its key holds a chosen task back, and passes over the full key next", async () => {
     await h.enqueue(Array.from({ length: 2 }, () => ({ task: 'slow' })), { now: T0 });
     await h.enqueue(Array.from({ length: 3 }, () => ({ task: 'slow', priority: 10, concurrency: { key: 'k', limit: 1 } })), { now: T0 });

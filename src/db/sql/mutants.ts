@@ -2223,6 +2223,31 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'comes due under a full key',
   },
+  // A freed slot wakes its key's parked tasks by priority, then vtime (0034).
+  {
+    id: 'wake-by-priority',
+    file: 'migrations/0034_parked_by_priority.sql',
+    statement: 'function concurrency_slots_free (every statement that frees a slot)',
+    guard: "a freed slot wakes its key's parked task of highest priority first",
+    find: `                   order by p.priority desc, p.vtime, p.id
+                   limit n`,
+    replace: `                   order by p.vtime, p.id
+                   limit n`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'wakes its key',
+  },
+  {
+    id: 'sweep-wake-by-priority',
+    file: DISPATCH,
+    statement: 'tasks_wake_parked',
+    guard: "the sweep's wake takes a key's parked task of highest priority first",
+    find: `       order by p.priority desc, p.vtime, p.id
+       limit r.free`,
+    replace: `       order by p.vtime, p.id
+       limit r.free`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'raised limit wakes the parked task of highest priority',
+  },
   // A claim takes no more of a key than its free slots, and parks only what
   // it passed over (claim_skips_full_keys, park_passed_full_keys).
   {
@@ -2461,7 +2486,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'free-slot-ledger',
-    file: 'migrations/0020_slot_frees_in_statements.sql',
+    file: 'migrations/0034_parked_by_priority.sql',
     statement: 'concurrency_slots_free',
     guard: 'a task leaving running records its free',
     find: `insert into concurrency_frees (tenant, key, n) values (p_tenant, p_key, n);`,
@@ -2562,7 +2587,7 @@ export const mutants: Mutant[] = [
   },
   {
     id: 'free-slots-spare-batch-keys',
-    file: 'migrations/0020_slot_frees_in_statements.sql',
+    file: 'migrations/0034_parked_by_priority.sql',
     statement: 'concurrency_slots_free (from tasks_insert_batch)',
     guard: "the enqueue's wake spares the tasks of the batch's keys (a row rewritten twice in one statement)",
     find: `and (spare_keys is null or p.idempotency_key is null

@@ -401,8 +401,8 @@ export async function claimTasks(
 
 /**
  * The safety net of the wake-ups (issue 16): makes parked tasks runnable
- * again where their key has free slots, at most that many per key, lowest
- * vtime first. A freed slot wakes one parked task in its own statement
+ * again where their key has free slots, at most that many per key, highest
+ * priority first, then lowest vtime (migration 0034). A freed slot wakes one parked task in its own statement
  * (freeSlotsOf, and the enqueue's ON CONFLICT); this covers a raised limit, the
  * tasks an enqueue's wake spared, and a wake that
  * skipped a locked row. Waking too many is harmless: the claim holds back
@@ -410,7 +410,7 @@ export async function claimTasks(
  * tasks with SKIP LOCKED.
  *
  * wake_skips_parked_keys: the keys with parked tasks come from a skip scan
- * of tasks_parked_idx, one index probe per key in (tenant, key) order, and
+ * of tasks_parked_priority_idx, one index probe per key in (tenant, key) order, and
  * each key's slot row by its primary key. Asked of every slot row, the
  * planner hashed every parked task to find them: every sweep with work paid
  * 58-60 ms beside one saturated key with 50,000 parked (PostgreSQL 15).
@@ -439,7 +439,7 @@ const tasksWakeParked = sql(
      select w.id from room r cross join lateral (
        select p.id from tasks p
        where p.status = 'queued' and p.parked and p.tenant = r.tenant and p.concurrency_key = r.key
-       order by p.vtime, p.id
+       order by p.priority desc, p.vtime, p.id
        limit r.free
        for update skip locked) w
    )
