@@ -402,16 +402,17 @@ export async function claimTasks(
 /**
  * The safety net of the wake-ups (issue 16): makes parked tasks runnable
  * again where their key has free slots, at most that many per key, highest
- * priority first, then lowest vtime (migration 0034). A freed slot wakes one parked task in its own statement
- * (freeSlotsOf, and the enqueue's ON CONFLICT); this covers a raised limit, the
- * tasks an enqueue's wake spared, and a wake that
- * skipped a locked row. Waking too many is harmless: the claim holds back
- * what finds no slot. Reads the slot rows without locking them; locks the woken
- * tasks with SKIP LOCKED.
+ * priority first, then lowest vtime (migration 0034). A freed slot wakes one
+ * parked task in its own statement (freeSlotsOf, and the enqueue's ON
+ * CONFLICT); this covers a raised limit, the tasks an enqueue's wake spared,
+ * a wake that skipped a locked row, and one that ran before the task it
+ * should have woken was written. Waking too many is harmless: the claim
+ * holds back what finds no slot. Reads the slot rows without locking them;
+ * locks the woken tasks with SKIP LOCKED.
  *
  * wake_skips_parked_keys: the keys with parked tasks come from a skip scan
- * of tasks_parked_priority_idx, one index probe per key in (tenant, key) order, and
- * each key's slot row by its primary key. Asked of every slot row, the
+ * of tasks_parked_priority_idx, one index probe per key in (tenant, key)
+ * order, and each key's slot row by its primary key. Asked of every slot row, the
  * planner hashed every parked task to find them: every sweep with work paid
  * 58-60 ms beside one saturated key with 50,000 parked (PostgreSQL 15).
  */
