@@ -48,6 +48,9 @@ export const freeSlotsOf = (left: string) => `slots_freed as (
  */
 export const UNCOUNTED_FREES = `coalesce((select sum(f.n)::int from concurrency_frees f where f.tenant = s.tenant and f.key = s.key), 0)`;
 
+/** What slot row `s`'s key runs now: its running count less UNCOUNTED_FREES, never below none. */
+export const RUNNING_NOW = `greatest(0, s.running - ${UNCOUNTED_FREES})`;
+
 /**
  * The concurrency key `key` of tenant `tenant` has no free slot (its slot
  * row less the frees no claim has counted yet). A key is full only while its
@@ -91,7 +94,7 @@ export interface ConcurrencySlot {
 const concurrencySlotGet = sql(
   'concurrency_slot_get',
   `select s.key,
-          greatest(0, s.running - ${UNCOUNTED_FREES}) as running,
+          ${RUNNING_NOW} as running,
           s.max_running,
           (select count(*)::int from tasks p
            where p.status = 'queued' and p.tenant = s.tenant and p.concurrency_key = s.key) as waiting

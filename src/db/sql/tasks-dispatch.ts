@@ -3,7 +3,7 @@
 // concurrency key. Conventions: tasks-shared.ts.
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { freeSlotsOf, keyIsFull, UNCOUNTED_FREES } from './concurrency.ts';
+import { freeSlotsOf, keyIsFull, RUNNING_NOW } from './concurrency.ts';
 import { at, batchRows, lostFromRow, type LostFence, type LostRow, type Now } from './tasks-shared.ts';
 
 /** Queues that are not paused and hold runnable work. */
@@ -131,7 +131,7 @@ const tasksClaimRunnable = sql(
                  where w.concurrency_key is not null) d
            where exists (select 1 from concurrency_slots s
                          where s.tenant = d.tenant and s.key = d.key
-                           and s.max_running - greatest(0, s.running - ${UNCOUNTED_FREES}) < 2 * $3::int)
+                           and s.max_running - ${RUNNING_NOW} < 2 * $3::int)
            limit ${KEY_TURNS}) k
    ),
    slots as (
@@ -432,7 +432,7 @@ const tasksWakeParked = sql(
    room as (
      select s.tenant, s.key, s.max_running - h.running as free
      from parked_keys k join concurrency_slots s on s.tenant = k.tenant and s.key = k.key,
-          lateral (select greatest(0, s.running - ${UNCOUNTED_FREES}) as running) h
+          lateral (select ${RUNNING_NOW} as running) h
      where h.running < s.max_running
      limit $1::int
    ),
