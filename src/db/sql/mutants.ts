@@ -2071,12 +2071,10 @@ export const mutants: Mutant[] = [
     also: [
       {
         file: FENCE,
-        find: `['id', '(select array_agg(id order by id) from rate_decided where not over)'],
-     ['epoch', '(select array_agg(epoch order by id) from rate_decided where not over)'],
-     ['start_at', '(select array_agg(start_at order by id) from rate_decided where not over)'],`,
-        replace: `['id', '(select array_agg(id order by id) from rate_decided)'],
-     ['epoch', '(select array_agg(epoch order by id) from rate_decided)'],
-     ['start_at', '(select array_agg(start_at order by id) from rate_decided)'],`,
+        find: `     from rate_decided where not over
+   ),`,
+        replace: `     from rate_decided
+   ),`,
       },
     ],
     tests: ['test/tasks/rate-limit.test.ts'],
@@ -2097,8 +2095,8 @@ export const mutants: Mutant[] = [
     file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: "start_rate_of_key: the start line's spacing is the key's (its last claim's), not that of the tasks one start statement holds",
-    find: `rate_limit_step(coalesce(k.max_starts, n.max_starts), coalesce(k.period_seconds, n.period_seconds)) as step`,
-    replace: `rate_limit_step(n.max_starts, n.period_seconds) as step`,
+    find: `rate_limit_step(coalesce(k.max_starts, n.rate_limit), coalesce(k.period_seconds, n.rate_period_seconds)) as step`,
+    replace: `rate_limit_step(n.rate_limit, n.rate_period_seconds) as step`,
     tests: ['test/tasks/rate-limit.test.ts'],
   },
   {
@@ -2106,9 +2104,8 @@ export const mutants: Mutant[] = [
     file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: "the start's rate_keys holds a row per tenant's key",
-    find: `from (select distinct on (r.tenant, r.rate_key) r.tenant, r.rate_key,`,
-    replace: `from (select distinct on (r.rate_key) r.tenant, r.rate_key,`,
-    also: [{ file: FENCE, find: `order by r.tenant, r.rate_key, r.id desc) n`, replace: `order by r.rate_key, r.id desc) n` }],
+    find: `count(*) over (partition by r.tenant, r.rate_key)::int as n`,
+    replace: `count(*) over (partition by r.rate_key)::int as n`,
     tests: ['test/tasks/rate-limit.test.ts'],
   },
   {
@@ -2800,8 +2797,8 @@ export const mutants: Mutant[] = [
     file: FENCE,
     statement: 'tasks_start_if_claimed',
     guard: "rate_keys holds one row per key (its count and step), so rate_starts moves each key's line once",
-    find: `from (select distinct on (r.tenant, r.rate_key) r.tenant, r.rate_key,`,
-    replace: `from (select r.tenant, r.rate_key,`,
+    find: `     where n.pos = n.n`,
+    replace: `     where true`,
     tests: ['test/tasks/rate-limit.test.ts'],
   },
   {

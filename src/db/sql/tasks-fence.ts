@@ -130,29 +130,31 @@ const startStatement = (rated: boolean) => `with clock as (select coalesce($1::t
    -- places), so two starts of one task (a duplicate delivery) queue on the
    -- line, not on each other's tasks. Locking them here cost a WAL record
    -- per task (issue 16, seventh pass).
+   -- Each with its place among its key's tasks here (pos, by id) and their
+   -- count (n), from one sort.
    rate_tasks as (
-     select t.id, msg.epoch, t.tenant, t.rate_key, t.rate_limit, t.rate_period_seconds
-     from msg join tasks t on t.id = msg.id cross join clock
-     where t.id = any($2::bigint[]) and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
-       and t.rate_key is not null
-       -- start_only_when_due: an early message takes no place on the line yet.
-       and t.run_at <= clock.now
-       and (${NO_QUEUE_PAUSED} or not exists (select 1 from queues q where q.name = t.queue and q.paused))
+     select r.*, row_number() over (partition by r.tenant, r.rate_key order by r.id) as pos,
+            count(*) over (partition by r.tenant, r.rate_key)::int as n
+     from (select t.id, msg.epoch, t.tenant, t.rate_key, t.rate_limit, t.rate_period_seconds
+           from msg join tasks t on t.id = msg.id cross join clock
+           where t.id = any($2::bigint[]) and t.lease_epoch = msg.epoch and t.status = 'running' and t.started_at is null
+             and t.rate_key is not null
+             -- start_only_when_due: an early message takes no place on the line yet.
+             and t.run_at <= clock.now
+             and (${NO_QUEUE_PAUSED} or not exists (select 1 from queues q where q.name = t.queue and q.paused))) r
    ),
    -- start_rate_of_key: the spacing is the key's, as its last claim set it
    -- (from the most recently enqueued task it claimed), not that of the few
    -- tasks this statement starts: early messages start in groups, each with
    -- its own statement. The batch's newest only if the key has no row yet.
-   -- One row per key: its tasks here (n) and its step.
+   -- One row per key (its newest here, the last by pos): its tasks here (n)
+   -- and its step.
    rate_keys as (
      select n.tenant, n.rate_key, n.n,
-            rate_limit_step(coalesce(k.max_starts, n.max_starts), coalesce(k.period_seconds, n.period_seconds)) as step
-     from (select distinct on (r.tenant, r.rate_key) r.tenant, r.rate_key,
-                  r.rate_limit as max_starts, r.rate_period_seconds as period_seconds,
-                  count(*) over (partition by r.tenant, r.rate_key)::int as n
-           from rate_tasks r
-           order by r.tenant, r.rate_key, r.id desc) n
+            rate_limit_step(coalesce(k.max_starts, n.rate_limit), coalesce(k.period_seconds, n.rate_period_seconds)) as step
+     from rate_tasks n
           left join rate_limits k on k.tenant = n.tenant and k.key = n.rate_key
+     where n.pos = n.n
    ),
    -- start_line_advance: the line moves a step past every start it lets
    -- through (startLineAfter), one row per key.
@@ -172,9 +174,7 @@ const startStatement = (rated: boolean) => `with clock as (select coalesce($1::t
    -- greatest(line, now); over: past the wait budget.
    rate_decided as (
      select r.id, r.epoch, s.start_at, s.start_at > ${START_BUDGET_END} as over
-     from (select r.id, r.epoch, r.tenant, r.rate_key,
-                  row_number() over (partition by r.tenant, r.rate_key order by r.id) as pos
-           from rate_tasks r) r
+     from rate_tasks r
           join rate_keys k on k.tenant = r.tenant and k.rate_key = r.rate_key
           join rate_starts g on g.tenant = r.tenant and g.key = r.rate_key, clock,
           lateral (select greatest(g.start_from, clock.now) + (r.pos - 1) * k.step as start_at) s
@@ -233,12 +233,17 @@ const startStatement = (rated: boolean) => `with clock as (select coalesce($1::t
    ),${rated ? `
    -- The places the rate-limited starts take, as arrays and back to rows
    -- (batchRows): estimated like the batch, so the update joins them to
-   -- their tasks by hashing.
+   -- their tasks by hashing. The three arrays come from one aggregate over
+   -- one scan, so they are aligned without a sort.
    -- refuse_over_rate: not the starts the rate line pushed too far (rate_refused took them).
+   place_arrays as (
+     select array_agg(id) as ids, array_agg(epoch) as epochs, array_agg(start_at) as starts
+     from rate_decided where not over
+   ),
    places as materialized (${batchRows([
-     ['id', '(select array_agg(id order by id) from rate_decided where not over)'],
-     ['epoch', '(select array_agg(epoch order by id) from rate_decided where not over)'],
-     ['start_at', '(select array_agg(start_at order by id) from rate_decided where not over)'],
+     ['id', '(select ids from place_arrays)'],
+     ['epoch', '(select epochs from place_arrays)'],
+     ['start_at', '(select starts from place_arrays)'],
    ])}),
    -- A rate-limited start takes its place on the key's line: up to $5 s
    -- later than now (the consumer waits for it). The conditions are
