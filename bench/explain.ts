@@ -6,7 +6,8 @@
 // step sees the state the real one left. BENCH_RUNNING claims that many
 // tasks first (left running, as when the sweep is ahead of the consumers).
 // BENCH_FLOW (keyed, rated, rated1) gives every task the flow control of the
-// bench's flow phase.
+// bench's flow phase. BENCH_START_BATCH starts that many of the claimed
+// tasks (default: all the claim sent; a consumer's batch is at most 100).
 // An analysis aid for BENCHMARKS.md,
 // not part of `npm run bench`.
 import { consumeBatch } from '../src/consume/consume.ts';
@@ -75,7 +76,7 @@ try {
     { db, config: benchConfig, sender: { sendBatch: async (ms) => void sent.push(...[...ms].map((m) => m.body)) }, log, workerId: 'explain', elapsed: () => ticks++ },
     { queues: ['default'], deadline: 1 },
   );
-  await consumeBatch({ db, config: benchConfig, registry, log }, sent);
+  await consumeBatch({ db, config: benchConfig, registry, log }, sent.slice(0, Number(process.env.BENCH_START_BATCH ?? sent.length)));
   await raw.close();
 } finally {
   await proxy.stop();
