@@ -2993,9 +2993,8 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "rate_keys holds a row per tenant's key: another tenant's tasks with the same key keep their own reservations",
-    find: `select distinct on (p.tenant, p.rate_key) p.tenant, p.rate_key, p.id, p.rate_limit, p.rate_period_seconds`,
-    replace: `select distinct on (p.rate_key) p.tenant, p.rate_key, p.id, p.rate_limit, p.rate_period_seconds`,
-    also: [{ file: DISPATCH, find: `order by p.tenant, p.rate_key, p.id desc) n`, replace: `order by p.rate_key, p.id desc) n` }],
+    find: `where x.rate_key is not null group by x.tenant, x.rate_key)) n`,
+    replace: `where x.rate_key is not null group by x.rate_key)) n`,
     tests: ['test/tasks/rate-limit.test.ts'],
   },
   {

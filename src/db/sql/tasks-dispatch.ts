@@ -191,19 +191,20 @@ const tasksClaimRunnable = sql(
             case when k.limit_task_id > n.id then k.max_starts else n.rate_limit end as max_starts,
             case when k.limit_task_id > n.id then k.period_seconds else n.rate_period_seconds end as period_seconds,
             greatest(n.id, k.limit_task_id) as limit_task_id
-     from (select distinct on (p.tenant, p.rate_key) p.tenant, p.rate_key, p.id, p.rate_limit, p.rate_period_seconds
+     from (select p.tenant, p.rate_key, p.id, p.rate_limit, p.rate_period_seconds
            from picked p
-           where p.rate_key is not null
-           order by p.tenant, p.rate_key, p.id desc) n
+           -- Each key's newest of the batch (hashed: no sort of the batch).
+           where p.id in (select max(x.id) from picked x where x.rate_key is not null group by x.tenant, x.rate_key)) n
           left join rate_limits k on k.tenant = n.tenant and k.key = n.rate_key
    ),
    -- GCRA without bursts: each task's place in its key's line (pos, in due
    -- order) and base, the earliest first start of the key's tasks up to pos
    -- such that none of them, a step apart (rate_limit_step, migration 0018),
    -- starts before its due time.
+   -- (The running max in the order that numbered them, so one sort serves both.)
    rate_base as (
-     select r.*, max(r.due - (r.pos - 1) * r.step) over (partition by r.tenant, r.rate_key order by r.pos) as base
-     from (select p.id, p.tenant, p.rate_key, greatest(p.run_at, clock.now) as due,
+     select r.*, max(r.due - (r.pos - 1) * r.step) over (partition by r.tenant, r.rate_key order by r.run_at, r.vtime, r.id) as base
+     from (select p.id, p.tenant, p.rate_key, p.run_at, p.vtime, greatest(p.run_at, clock.now) as due,
                   rate_limit_step(k.max_starts, k.period_seconds) as step,
                   row_number() over (partition by p.tenant, p.rate_key order by p.run_at, p.vtime, p.id) as pos
            from picked p join rate_keys k on k.tenant = p.tenant and k.rate_key = p.rate_key, clock) r
