@@ -9,8 +9,13 @@
 // drains' rates cannot show a change of a few percent; two identical trees
 // measured this way agree within 2 %. BENCH_FLOW (keyed, rated, rated1)
 // gives the tasks the flow phase's flow control; a plain queue's claim runs
-// beside them for the difference. Needs Linux and a local server (embedded
-// unless DATABASE_URL names one). An analysis aid for BENCHMARKS.md.
+// beside them for the difference. AB_PLANS=pooled runs each tree's
+// statements as named ones (prepared once on the connection, generic plans
+// from the sixth run, as the bench's pooled connections have them): the
+// CPU of running them, without parsing and planning; by default each is
+// parsed and planned afresh, as a Worker's are. Needs Linux and a local
+// server (embedded unless DATABASE_URL names one). An analysis aid for
+// BENCHMARKS.md.
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Queryable, Sql } from '../src/db/seam.ts';
@@ -35,6 +40,7 @@ const trees = {
 };
 const flow = (process.env.BENCH_FLOW ?? 'plain') as DrainFlow;
 const rounds = Number(process.env.AB_ROUNDS ?? 30);
+const pooled = process.env.AB_PLANS === 'pooled';
 
 class Rollback extends Error {}
 
@@ -70,14 +76,14 @@ try {
   const pid = (await db.query<{ pid: number }>('select pg_backend_pid() as pid'))[0]!.pid;
   const cpuNs = () => Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
   /** The backend's CPU (ms) for the one statement `run` sends, rolled back. */
-  const measure = async (run: (q: Queryable) => Promise<unknown>): Promise<number> => {
+  const measure = async (tree: string, run: (q: Queryable) => Promise<unknown>): Promise<number> => {
     let ms = NaN;
     try {
       await db.transaction(async (tx) => {
         const q = {
           query: async (s: Sql | string, values?: readonly unknown[]) => {
             const c0 = cpuNs();
-            await tx.query(typeof s === 'string' ? s : s.text, values);
+            await tx.query(typeof s === 'string' || !pooled ? (typeof s === 'string' ? s : s.text) : { name: `${s.name}_${tree}`, text: s.text }, values);
             ms = (cpuNs() - c0) / 1e6;
             throw new Rollback();
           },
@@ -102,9 +108,11 @@ try {
   const out = new Map<string, number[]>();
   // Every other round in reverse, so no variant always runs first.
   for (let r = 0; r < rounds; r++) {
-    for (const [name, run] of r % 2 ? variants : [...variants].reverse()) out.set(name, [...(out.get(name) ?? []), await measure(run)]);
+    for (const [name, run] of r % 2 ? variants : [...variants].reverse()) {
+      out.set(name, [...(out.get(name) ?? []), await measure(name.endsWith('the other') ? 'other' : 'this', run)]);
+    }
   }
-  console.log(`# ${flow} tasks; backend CPU per statement (ms), ${rounds} rounds`);
+  console.log(`# ${flow} tasks; backend CPU per statement (ms), ${rounds} rounds, ${pooled ? 'named (generic plans)' : 'each planned afresh'}`);
   for (const [name, xs] of out) {
     const sorted = [...xs].sort((a, b) => a - b);
     const mean = xs.reduce((a, b) => a + b, 0) / xs.length;
