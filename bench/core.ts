@@ -1,6 +1,7 @@
 // The project's core, wired as the Worker wires it (functions/), over the
 // project's database seam (the Neon driver through the WebSocket proxy), with
 // only the Queue replaced by the in-process hand-off (handoff.ts).
+import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { loadMigrations } from '../scripts/migrations.ts';
 import { openNodeDb } from '../scripts/node-db.ts';
@@ -93,21 +94,38 @@ export async function migrateProject(url: string, proxy: string): Promise<void> 
 }
 
 export interface StatementTimes {
-  [name: string]: { count: number; totalMs: number };
+  /** cpuMs: the backend's CPU for them, when the connection's backend pid was given (Linux). */
+  [name: string]: { count: number; totalMs: number; cpuMs?: number };
 }
 
-/** Wraps a Db so every statement's latency is summed by name (for the analysis). */
-export function timeStatements(db: Db, times: StatementTimes): Db {
+/** CPU nanoseconds a local process has run (/proc/<pid>/schedstat); NaN where unreadable. */
+function runNs(pid: number): number {
+  try {
+    return Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
+  } catch {
+    return NaN;
+  }
+}
+
+/**
+ * Wraps a Db so every statement's latency is summed by name (for the
+ * analysis), and with `backendPid` (its one connection's backend on a local
+ * server) the backend's CPU for it: the connection runs one statement at a
+ * time, so what its backend ran meanwhile is that statement's.
+ */
+export function timeStatements(db: Db, times: StatementTimes, backendPid?: number): Db {
   const wrap = (q: Queryable): Queryable => ({
     async query(s: Sql | string, values?: readonly unknown[]) {
       const name = typeof s === 'string' ? s.trim().split(/\s+/).slice(0, 2).join(' ').toLowerCase() : s.name;
       const t0 = performance.now();
+      const c0 = backendPid === undefined ? 0 : runNs(backendPid);
       try {
         return await q.query(s, values);
       } finally {
         const t = (times[name] ??= { count: 0, totalMs: 0 });
         t.count += 1;
         t.totalMs += performance.now() - t0;
+        if (backendPid !== undefined) t.cpuMs = (t.cpuMs ?? 0) + (runNs(backendPid) - c0) / 1e6;
       }
     },
   }) as Queryable;

@@ -155,7 +155,10 @@ export async function projectDrain(ctx: Ctx, finishedRows: number, flow?: DrainF
   if (queued !== s.tasks) throw new Error(`drain set-up: ${queued} of ${s.tasks} queued`);
 
   const times: StatementTimes = {};
-  const open = async () => timeStatements(await openProjectDb(url, ctx.proxy), times);
+  const open = async () => {
+    const db = await openProjectDb(url, ctx.proxy);
+    return timeStatements(db, times, (await db.query<{ pid: number }>('select pg_backend_pid() as pid'))[0]!.pid);
+  };
   const sweepDbs = await Promise.all(Array.from({ length: s.sweepers }, open));
   const consumerDbs = await Promise.all(Array.from({ length: s.consumers }, open));
   const before = await snapshot(url, ['public.tasks', 'public.dispatch_marks']);
