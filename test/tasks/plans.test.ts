@@ -139,6 +139,10 @@ describe('generic plans of the fenced batch writes', () => {
     // One key: its line is read once, and each of its starts once.
     expectLinear(nodes, 'msg', 'rate_tasks', 'rate_decided', 'places');
     expectNoQueueReadPerTask(nodes);
+    // started_now_skips_rate_tasks: its tasks are read twice (rate_tasks
+    // and the starts on the line), not a third time for the unrated starts.
+    const scans = nodes.filter((n) => n['Relation Name'] === 'tasks' && n['Node Type'] !== 'ModifyTable');
+    expect(scans.reduce((sum, n) => sum + rowsRead(n), 0), 'task rows read').toBe(2 * BATCH);
     const { started } = await startIfClaimed(t.db, { now: at(11), tasks: rated, leaseGraceSeconds: 30 });
     expect(started).toHaveLength(BATCH);
   });

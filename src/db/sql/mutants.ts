@@ -121,9 +121,9 @@ export const mutants: Mutant[] = [
     file: FENCE,
     statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: `the lease epoch`,
-    find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+    find: `where t.id = any(\${rated ? NOT_RATE_TASKS : '$2::bigint[]'}) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null and t.rate_key is null`,
-    replace: `where t.id = any($2::bigint[]) and t.id = msg.id
+    replace: `where t.id = any(\${rated ? NOT_RATE_TASKS : '$2::bigint[]'}) and t.id = msg.id
        and t.status = 'running' and t.started_at is null and t.rate_key is null`,
     tests: ['test/tasks/fencing.test.ts', 'test/tasks/faults.test.ts'],
   },
@@ -132,9 +132,9 @@ export const mutants: Mutant[] = [
     file: FENCE,
     statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: `\`status = 'running'\` (a cancelled task already sent)`,
-    find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+    find: `where t.id = any(\${rated ? NOT_RATE_TASKS : '$2::bigint[]'}) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null and t.rate_key is null`,
-    replace: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+    replace: `where t.id = any(\${rated ? NOT_RATE_TASKS : '$2::bigint[]'}) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.started_at is null and t.rate_key is null`,
     tests: ['test/tasks/cancel.test.ts'],
   },
@@ -143,9 +143,9 @@ export const mutants: Mutant[] = [
     file: FENCE,
     statement: 'tasks_start_if_claimed, tasks_start_if_claimed_unrated',
     guard: `started_at is null (a duplicate delivery)`,
-    find: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+    find: `where t.id = any(\${rated ? NOT_RATE_TASKS : '$2::bigint[]'}) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.started_at is null and t.rate_key is null`,
-    replace: `where t.id = any($2::bigint[]) and t.id = msg.id and t.lease_epoch = msg.epoch
+    replace: `where t.id = any(\${rated ? NOT_RATE_TASKS : '$2::bigint[]'}) and t.id = msg.id and t.lease_epoch = msg.epoch
        and t.status = 'running' and t.rate_key is null`,
     tests: ['test/tasks/fencing.test.ts'],
   },
@@ -2800,6 +2800,15 @@ export const mutants: Mutant[] = [
     find: `     where n.pos = n.n`,
     replace: `     where true`,
     tests: ['test/tasks/rate-limit.test.ts'],
+  },
+  {
+    id: 'start-now-skips-rate-tasks',
+    file: FENCE,
+    statement: 'tasks_start_if_claimed',
+    guard: 'started_now_skips_rate_tasks: the unrated starts of the whole statement read only the tasks rate_tasks did not take',
+    find: `const NOT_RATE_TASKS = 'array(select m.id from msg m where m.id not in (select r.id from rate_tasks r))';`,
+    replace: `const NOT_RATE_TASKS = '$2::bigint[]';`,
+    tests: ['test/tasks/plans.test.ts'],
   },
   {
     id: 'start-places-materialized',
