@@ -8,8 +8,8 @@
 // machine whose speed drifts by tens of percent from minute to minute, the
 // drains' rates cannot show a change of a few percent; two identical trees
 // measured this way agree within 2 %. BENCH_FLOW (keyed, rated, rated1)
-// gives the tasks the flow phase's flow control; a plain queue's claim runs
-// beside them for the difference. AB_PLANS=pooled runs each tree's
+// gives the tasks the flow phase's flow control; a plain queue's claim and
+// start run beside them for the difference. AB_PLANS=pooled runs each tree's
 // statements as named ones (prepared once on the connection, generic plans
 // from the sixth run, as the bench's pooled connections have them): the
 // CPU of running them, without parsing and planning; by default each is
@@ -57,21 +57,24 @@ try {
     await enqueue(Array.from({ length: 1000 }, (_, j) => ({ task: 'noop', payload: { n: j }, queue: 'plain' })));
   }
   await withClient(url, (c) => c.query('vacuum analyze tasks'));
-  // One claim for real, left running: the batch the starts take.
-  const sent: TaskMessage[] = [];
+  // One claim of each queue for real, left running: the batches the starts take.
   let ticks = 0;
-  await dispatchRunnable(
-    {
-      db,
-      config: benchConfig,
-      sender: { sendBatch: async (ms) => void sent.push(...[...ms].map((m) => m.body)) },
-      log: benchLogger('ab').log,
-      workerId: 'ab',
-      elapsed: () => ticks++,
-    },
-    { queues: ['default'], deadline: 1 },
-  );
-  const batch = sent.slice(0, 100).map((m) => ({ id: m.id, epoch: m.epoch, rated: m.rated }));
+  const batchOf = async (queue: string) => {
+    const sent: TaskMessage[] = [];
+    await dispatchRunnable(
+      {
+        db,
+        config: benchConfig,
+        sender: { sendBatch: async (ms) => void sent.push(...[...ms].map((m) => m.body)) },
+        log: benchLogger('ab').log,
+        workerId: 'ab',
+        elapsed: () => ticks++,
+      },
+      { queues: [queue], deadline: 1 },
+    );
+    return sent.slice(0, 100).map((m) => ({ id: m.id, epoch: m.epoch, rated: m.rated }));
+  };
+  const [batch, plainBatch] = [await batchOf('default'), await batchOf('plain')];
 
   const pid = (await db.query<{ pid: number }>('select pg_backend_pid() as pid'))[0]!.pid;
   const cpuNs = () => Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
@@ -104,6 +107,7 @@ try {
     ['claim of 500, this tree', claim(trees.this.dispatch, 'default')],
     ['claim of 500, the other', claim(trees.other.dispatch, 'default')],
     ['claim of 500 plain, this tree', claim(trees.this.dispatch, 'plain')],
+    ['start of 100 plain, this tree', (q) => trees.this.fence.startIfClaimed(q, { now, tasks: plainBatch, leaseGraceSeconds: 30 })],
   ];
   const out = new Map<string, number[]>();
   // Every other round in reverse, so no variant always runs first.
