@@ -78,6 +78,9 @@ const startLineAfter = (line: string) => `greatest(${line}, clock.now)
               + least(k.n, greatest(0, floor(extract(epoch from ${START_BUDGET_END} - greatest(${line}, clock.now))
                                                / extract(epoch from k.step)) + 1))::int * k.step`;
 
+/** The batch's ids rate_tasks did not take (started_now_skips_rate_tasks). */
+const NOT_RATE_TASKS = 'array(select m.id from msg m where m.id not in (select r.id from rate_tasks r))';
+
 /**
  * Fenced start for a whole message batch: marks `started_at` only where id,
  * epoch and `running` still match and the attempt has not started yet, so a
@@ -120,9 +123,6 @@ const startLineAfter = (line: string) => `greatest(${line}, clock.now)
  * startIfClaimed starts it with the whole statement: the messages' word is
  * a hint, never a guard.
  */
-/** The batch's ids rate_tasks did not take (started_now_skips_rate_tasks). */
-const NOT_RATE_TASKS = 'array(select m.id from msg m where m.id not in (select r.id from rate_tasks r))';
-
 const startStatement = (rated: boolean) => `with clock as (select coalesce($1::timestamptz, now()) as now),
    msg as (${batchRows([['id', '$2::bigint[]'], ['epoch', '$3::bigint[]']])}),${rated ? `
    -- The batch's rate-limited tasks that may start, as this statement's
