@@ -16,12 +16,12 @@
 // parsed and planned afresh, as a Worker's are. Needs Linux and a local
 // server (embedded unless DATABASE_URL names one). An analysis aid for
 // BENCHMARKS.md.
-import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Queryable, Sql } from '../src/db/seam.ts';
 import type { TaskMessage } from '../src/queue/messages.ts';
 import { dispatchRunnable } from '../src/sweep/sweep.ts';
 import { enqueueTasks, type TaskInput } from '../src/tasks/enqueue.ts';
+import { processRunNs } from './cpu.ts';
 import { BENCH_TENANT, benchConfig, benchLogger, benchRegistry, migrateProject, openProjectDb } from './core.ts';
 import { flowOf, type DrainFlow } from './project.ts';
 import { startProxyProcess, startServer, withClient } from './server.ts';
@@ -77,7 +77,7 @@ try {
   const [batch, plainBatch] = [await batchOf('default'), await batchOf('plain')];
 
   const pid = (await db.query<{ pid: number }>('select pg_backend_pid() as pid'))[0]!.pid;
-  const cpuNs = () => Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
+  const cpuNs = () => processRunNs(pid);
   /** The backend's CPU (ms) for the one statement `run` sends, rolled back. */
   const measure = async (tree: string, run: (q: Queryable) => Promise<unknown>): Promise<number> => {
     let ms = NaN;
@@ -86,7 +86,8 @@ try {
         const q = {
           query: async (s: Sql | string, values?: readonly unknown[]) => {
             const c0 = cpuNs();
-            await tx.query(typeof s === 'string' || !pooled ? (typeof s === 'string' ? s : s.text) : { name: `${s.name}_${tree}`, text: s.text }, values);
+            const text = typeof s === 'string' ? s : s.text;
+            await tx.query(pooled && typeof s !== 'string' ? { name: `${s.name}_${tree}`, text } : text, values);
             ms = (cpuNs() - c0) / 1e6;
             throw new Rollback();
           },

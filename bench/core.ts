@@ -1,7 +1,6 @@
 // The project's core, wired as the Worker wires it (functions/), over the
 // project's database seam (the Neon driver through the WebSocket proxy), with
 // only the Queue replaced by the in-process hand-off (handoff.ts).
-import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { loadMigrations } from '../scripts/migrations.ts';
 import { openNodeDb } from '../scripts/node-db.ts';
@@ -15,6 +14,7 @@ import { createRegistry, defineTask, type Registry } from '../src/handlers/regis
 import { createLogger, type Logger } from '../src/log.ts';
 import type { TaskMessage } from '../src/queue/messages.ts';
 import { sweepOnce } from '../src/sweep/sweep.ts';
+import { processRunNs } from './cpu.ts';
 import type { Handoff } from './handoff.ts';
 import { progress, sleep } from './stats.ts';
 
@@ -98,15 +98,6 @@ export interface StatementTimes {
   [name: string]: { count: number; totalMs: number; cpuMs?: number };
 }
 
-/** CPU nanoseconds a local process has run (/proc/<pid>/schedstat); NaN where unreadable. */
-function runNs(pid: number): number {
-  try {
-    return Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
-  } catch {
-    return NaN;
-  }
-}
-
 /**
  * Wraps a Db so every statement's latency is summed by name (for the
  * analysis), and with `backendPid` (its one connection's backend on a local
@@ -118,14 +109,14 @@ export function timeStatements(db: Db, times: StatementTimes, backendPid?: numbe
     async query(s: Sql | string, values?: readonly unknown[]) {
       const name = typeof s === 'string' ? s.trim().split(/\s+/).slice(0, 2).join(' ').toLowerCase() : s.name;
       const t0 = performance.now();
-      const c0 = backendPid === undefined ? 0 : runNs(backendPid);
+      const c0 = backendPid === undefined ? 0 : processRunNs(backendPid);
       try {
         return await q.query(s, values);
       } finally {
         const t = (times[name] ??= { count: 0, totalMs: 0 });
         t.count += 1;
         t.totalMs += performance.now() - t0;
-        if (backendPid !== undefined) t.cpuMs = (t.cpuMs ?? 0) + (runNs(backendPid) - c0) / 1e6;
+        if (backendPid !== undefined) t.cpuMs = (t.cpuMs ?? 0) + (processRunNs(backendPid) - c0) / 1e6;
       }
     },
   }) as Queryable;

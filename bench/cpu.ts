@@ -92,6 +92,15 @@ export function cpuBetween(a: CpuSnapshot, b: CpuSnapshot): CpuUse {
   };
 }
 
+/** CPU nanoseconds a local process has run (/proc/<pid>/schedstat, finer than /proc/<pid>/stat); NaN where unreadable. */
+export function processRunNs(pid: number): number {
+  try {
+    return Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
+  } catch {
+    return NaN;
+  }
+}
+
 /**
  * CPU seconds of a process and all its descendants, by process name (e.g.
  * wrangler's node and its workerd). Processes that have exited are not counted.
