@@ -2162,12 +2162,35 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "claim_passes_busy_keys: each tenant's pick by priority passes over a key another claim's turn holds",
-    find: `         and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
-       order by t.priority desc, t.run_at, t.id`,
-    replace: `         and (t.concurrency_key is null or not \${KEY_IS_FULL})
-       order by t.priority desc, t.run_at, t.id`,
+    find: `           and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
+         order by t.priority desc, t.run_at, t.id`,
+    replace: `           and (t.concurrency_key is null or not \${KEY_IS_FULL})
+         order by t.priority desc, t.run_at, t.id`,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'claims at once pass over a near-full key',
+  },
+  {
+    id: 'claim-priority-scan-in-order',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable',
+    guard: "claim_priority_scan_in_order: the priority scan is planned for at most a batch, so it reads the tenant's runnable tasks in index order",
+    find: `       select l.* from (
+         select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit,
+                t.rate_key, t.rate_limit, t.rate_period_seconds from tasks t
+         where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
+           and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
+         order by t.priority desc, t.run_at, t.id
+         limit $3::int
+         for update of t skip locked) l
+       limit s.k) b`,
+    replace: `       select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit,
+              t.rate_key, t.rate_limit, t.rate_period_seconds from tasks t
+       where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
+         and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
+       order by t.priority desc, t.run_at, t.id
+       limit s.k
+       for update of t skip locked) b`,
+    tests: ['test/tasks/plans.test.ts'],
   },
   {
     id: 'claim-turns-near-full',
@@ -2276,10 +2299,10 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "claim_skips_full_keys: each tenant's pick by priority passes over a full key's tasks",
-    find: `         and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
-       order by t.priority desc, t.run_at, t.id`,
-    replace: `         and (t.concurrency_key is null or \${KEY_NOT_BUSY})
-       order by t.priority desc, t.run_at, t.id`,
+    find: `           and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
+         order by t.priority desc, t.run_at, t.id`,
+    replace: `           and (t.concurrency_key is null or \${KEY_NOT_BUSY})
+         order by t.priority desc, t.run_at, t.id`,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'passes over the full key next',
   },

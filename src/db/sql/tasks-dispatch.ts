@@ -83,6 +83,15 @@ const KEY_NOT_BUSY = `(t.tenant, t.concurrency_key) not in (select b.tenant, b.k
  * issue 16, sixth pass). A task made runnable while its key is full is
  * parked from the start (parked_if_key_full, concurrency.ts).
  *
+ * claim_priority_scan_in_order (issue 12): the priority scan is a
+ * subquery whose own limit is the batch ($3, a constant), with the tenant's
+ * share (not a constant) applied outside it. Written as one query limited by
+ * the share, its plan beside a long history turned into a bitmap over every
+ * queued task of the tenant, sorted (the planner prices a limit it cannot
+ * read as a tenth of the rows): 132 of a claim's 149 ms beside 1,000,000
+ * finished rows and 20,000 queued; 16 ms as it is now (BENCHMARKS.md,
+ * latest results). Its test found the same plan beside 300,000.
+ *
  * claim_passes_busy_keys (issue 16): claims running at once (two sweep
  * loops, the pumps) take turns on a nearly full concurrency key. Each claim
  * tries a turn (`key_turns`: a transaction-scoped advisory lock, tried, never
@@ -145,14 +154,20 @@ const tasksClaimRunnable = sql(
    ),
    shares as (select tenant, count(*)::int as k from slots group by tenant),
    best_locked as (
+     -- claim_priority_scan_in_order: a subquery limited to the batch (a
+     -- constant), reading the tenant's runnable tasks in the priority
+     -- index's order; the tenant's share stops it from outside (a Limit
+     -- pulls no row past it, so no row past the share is locked).
      select b.* from shares s cross join lateral (
-       select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit,
-              t.rate_key, t.rate_limit, t.rate_period_seconds from tasks t
-       where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
-         and (t.concurrency_key is null or (not ${KEY_IS_FULL} and ${KEY_NOT_BUSY}))
-       order by t.priority desc, t.run_at, t.id
-       limit s.k
-       for update of t skip locked) b
+       select l.* from (
+         select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit,
+                t.rate_key, t.rate_limit, t.rate_period_seconds from tasks t
+         where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
+           and (t.concurrency_key is null or (not ${KEY_IS_FULL} and ${KEY_NOT_BUSY}))
+         order by t.priority desc, t.run_at, t.id
+         limit $3::int
+         for update of t skip locked) l
+       limit s.k) b
      -- At most the batch (the shares sum to it): no change, but the planner
      -- then estimates the batch, not 600 rows per tenant, and keeps the
      -- statement's cost under jit_above_cost (JIT compiled it in 4 s).
