@@ -22,7 +22,7 @@ import type { TaskMessage } from '../src/queue/messages.ts';
 import { dispatchRunnable } from '../src/sweep/sweep.ts';
 import { enqueueTasks, type TaskInput } from '../src/tasks/enqueue.ts';
 import { processRunNs } from './cpu.ts';
-import { BENCH_TENANT, benchConfig, benchLogger, benchRegistry, migrateProject, openProjectDb } from './core.ts';
+import { backendPidOf, BENCH_TENANT, benchConfig, benchLogger, benchRegistry, migrateProject, openProjectDb } from './core.ts';
 import { flowOf, type DrainFlow } from './project.ts';
 import { startProxyProcess, startServer, withClient } from './server.ts';
 
@@ -76,7 +76,7 @@ try {
   };
   const [batch, plainBatch] = [await batchOf('default'), await batchOf('plain')];
 
-  const pid = (await db.query<{ pid: number }>('select pg_backend_pid() as pid'))[0]!.pid;
+  const pid = await backendPidOf(db);
   const cpuNs = () => processRunNs(pid);
   /** The backend's CPU (ms) for the one statement `run` sends, rolled back. */
   const measure = async (tree: string, run: (q: Queryable) => Promise<unknown>): Promise<number> => {

@@ -93,6 +93,11 @@ export async function migrateProject(url: string, proxy: string): Promise<void> 
   }
 }
 
+/** The backend process of a one-connection Db (for processRunNs on a local server). */
+export async function backendPidOf(db: Queryable): Promise<number> {
+  return (await db.query<{ pid: number }>('select pg_backend_pid() as pid'))[0]!.pid;
+}
+
 export interface StatementTimes {
   /** cpuMs: the backend's CPU for them, when the connection's backend pid was given (Linux). */
   [name: string]: { count: number; totalMs: number; cpuMs?: number };

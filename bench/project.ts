@@ -11,6 +11,7 @@ import { claimTasks, markDispatched } from '../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../src/db/sql/tasks-fence.ts';
 import { enqueueTasks, type TaskInput } from '../src/tasks/enqueue.ts';
 import {
+  backendPidOf,
   BENCH_TENANT,
   benchConfig,
   benchLogger,
@@ -157,7 +158,7 @@ export async function projectDrain(ctx: Ctx, finishedRows: number, flow?: DrainF
   const times: StatementTimes = {};
   const open = async () => {
     const db = await openProjectDb(url, ctx.proxy);
-    return timeStatements(db, times, (await db.query<{ pid: number }>('select pg_backend_pid() as pid'))[0]!.pid);
+    return timeStatements(db, times, await backendPidOf(db));
   };
   const sweepDbs = await Promise.all(Array.from({ length: s.sweepers }, open));
   const consumerDbs = await Promise.all(Array.from({ length: s.consumers }, open));

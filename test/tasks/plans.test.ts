@@ -533,9 +533,12 @@ describe("the claim's priority scan beside a long history", () => {
        from generate_series(1, 300000) g, lateral (select $1::timestamptz - interval '1 day' + g * interval '1 ms') as x(t)`,
       [T0],
     );
+    // Two tenants' backlogs, interleaved: each scan of a tenant's share
+    // reads that share, not the batch (summed over its loops, at most 500).
     await t.db.query(
       `insert into tasks (tenant, task, status, run_at, vtime)
-       select 'acme', 'noop', 'queued', $1::timestamptz, 300000 + i from generate_series(1, 20000) i`,
+       select case when i % 2 = 0 then 'acme' else 'beta' end, 'noop', 'queued', $1::timestamptz, 300000 + i
+       from generate_series(1, 20000) i`,
       [T0],
     );
     await t.db.query('analyze tasks');
