@@ -8,8 +8,24 @@ export const MAX_RESULT_BYTES = 64 * 1024;
 /** The most an attempt's error name and message take together, in UTF-8. */
 export const MAX_ATTEMPT_ERROR_BYTES = 2048;
 
-const encoder = new TextEncoder();
-export const utf8Length = (text: string): number => encoder.encode(text).length;
+/**
+ * The length of `text` in UTF-8, as TextEncoder would encode it (a lone
+ * surrogate as U+FFFD, 3 bytes), counted without encoding it: the enqueue
+ * measures every payload with it.
+ */
+export function utf8Length(text: string): number {
+  let n = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0x80) continue;
+    if (c < 0x800) n += 1;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      n += 2; // a pair: 4 bytes for its 2 code units
+      i++;
+    } else n += 2;
+  }
+  return n;
+}
 
 /** Text Postgres can store: NUL and lone surrogates replaced by U+FFFD. */
 function storable(text: string): string {

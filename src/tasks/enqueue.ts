@@ -7,6 +7,7 @@ import { AppError, invalid, type ErrorDetail } from '../errors.ts';
 import type { Registry } from '../handlers/registry.ts';
 import type { TraceContext } from '../tracing/trace-context.ts';
 import type { Task } from '../db/sql/taskRows.ts';
+import { utf8Length } from './attempts.ts';
 import { callbackOf, callbackProblem, resolveTaskOptions, type TaskOptions, type TaskOptionsInput } from './options.ts';
 
 /** A task as a caller asks for it (already shape-checked by the API schema). */
@@ -75,7 +76,7 @@ export async function enqueueTasks(
   const keyOwner = new Map<string, number>();
   inputs.forEach((input, i) => {
     const at = (field: string) => [pathOf(i), field].filter(Boolean).join('.');
-    const size = new TextEncoder().encode(JSON.stringify(input.payload === undefined ? {} : input.payload)).length;
+    const size = utf8Length(JSON.stringify(input.payload === undefined ? {} : input.payload));
     if (size > deps.config.maxPayloadBytes) {
       tooLarge.push({ path: at('payload'), message: `${size} bytes; at most ${deps.config.maxPayloadBytes}` });
       return;
@@ -138,11 +139,7 @@ async function writeBatch(
   );
   return rows.map((row, i): EnqueueResult => {
     const w = written[i];
-    if (w) {
-      const { created, rescheduled, ...task } = w;
-      if (created) return { outcome: 'created', task };
-      return { outcome: rescheduled ? 'rescheduled' : 'deduplicated', task };
-    }
+    if (w) return { outcome: w.created ? 'created' : w.rescheduled ? 'rescheduled' : 'deduplicated', task: w.task };
     const record = spent.get(row.idempotencyKey!);
     if (!record) throw new Error(`enqueue: no row came back for idempotency key ${row.idempotencyKey}`);
     return { outcome: 'deduplicated', task: null, spent: record };

@@ -2,6 +2,7 @@
 // all-or-nothing validation naming index and field, limits, listing.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { countStatements } from '../../src/db/seam.ts';
+import { utf8Length } from '../../src/tasks/attempts.ts';
 import { useTestDatabase, resetTables } from '../helpers/db.ts';
 import { createTestApi } from '../helpers/http.ts';
 
@@ -74,6 +75,23 @@ describe('limits', () => {
     expect(huge.status).toBe(413);
     expect(huge.body.error.code).toBe('payload_too_large');
     expect(await count()).toBe(0);
+  });
+
+  it('counts the payload cap in UTF-8 bytes: 2, 3 and 4-byte characters to the byte', async () => {
+    api = createTestApi(t.db, { config: { maxPayloadBytes: 1000 } });
+    // {"blob":"…"} is 11 bytes around the string: 300 × 3 + 22 × 4 + 1 = 989 bytes in 345 code units.
+    const blob = '€'.repeat(300) + '😀'.repeat(22) + 'x';
+    expect(utf8Length(JSON.stringify({ blob }))).toBe(1000);
+    const fits = await api.admin('POST', '/v1/tasks', { body: { task: 'noop', payload: { blob } } });
+    expect(fits.status).toBe(201);
+    const over = await api.admin('POST', '/v1/tasks', { body: { task: 'noop', payload: { blob: `${blob}é` } } });
+    expect(over.status).toBe(413);
+    expect(over.body.error.details).toEqual([{ path: 'payload', message: '1002 bytes; at most 1000' }]);
+    expect(await count()).toBe(1);
+    // As TextEncoder counts, a lone surrogate as U+FFFD (3 bytes).
+    for (const text of ['', 'ascii', 'é€😀', '\ud800', 'a\udfffb', '\ud83d\ude00\ud83d', 'ß'.repeat(1000)]) {
+      expect(utf8Length(text), JSON.stringify(text)).toBe(new TextEncoder().encode(text).length);
+    }
   });
 
   it('refuses unknown fields, out-of-range values and a body that is not JSON', async () => {

@@ -34,7 +34,8 @@ export interface NewTask {
   callback: TaskCallback | null;
 }
 
-export interface WrittenTask extends Task {
+export interface WrittenTask {
+  task: Task;
   /** true: inserted now; false: an existing task with the same idempotency key. */
   created: boolean;
   /** An existing task that had not started and never ran, rescheduled by this enqueue (false: deduplicated). */
@@ -309,7 +310,7 @@ export async function insertTasks(
     return p.tasks.map((input, i) => {
       const r = sorted[i]!;
       return {
-        ...taskFromRow({
+        task: taskFromRow({
           id: r.id,
           tenant: p.tenant,
           queue: input.queue,
@@ -356,7 +357,7 @@ export async function insertTasks(
     const r = input.idempotencyKey === null ? unkeyed[next++] : byKey.get(input.idempotencyKey);
     if (!r) return null;
     return {
-      ...taskFromRow(r.created ? { ...r, payload: input.payload } : r),
+      task: taskFromRow(r.created ? { ...r, payload: input.payload } : r),
       created: r.created,
       rescheduled: !r.created && r.reschedulable === true,
     };
