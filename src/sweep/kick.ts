@@ -12,12 +12,11 @@
 //  - a kick runs a bounded number of rounds (the cron sweep is the safety net).
 import type { Config } from '../config.ts';
 import { isClaimFree } from '../db/sql/kick.ts';
-import { claimTasks } from '../db/sql/tasks-dispatch.ts';
 import type { Db } from '../db/seam.ts';
 import type { Logger } from '../log.ts';
 import type { EnqueueResult } from '../tasks/enqueue.ts';
 import type { PumpSender, TaskSender } from '../queue/messages.ts';
-import { isBacklog, sendClaimed, sendPumps } from './sweep.ts';
+import { claimBatch, isBacklog, sendClaimed, sendPumps } from './sweep.ts';
 
 export interface KickDeps {
   db: Db;
@@ -75,14 +74,7 @@ export function createKicker(options: {
     if (!(await isClaimFree(deps.db, queue))) return { claimed: 0, picked: 0, busy: true };
     const workerId = `kick:${crypto.randomUUID()}`;
     const sweepDeps = { db: deps.db, config: deps.config, sender: deps.sender, log: deps.log, workerId };
-    const { claimed, held } = await claimTasks(deps.db, {
-      now: deps.now,
-      queue,
-      limit: deps.config.sweepBatchSize,
-      claimedBy: workerId,
-      leaseSeconds: deps.config.claimLeaseSeconds,
-      lookaheadSeconds: deps.config.lookaheadSeconds,
-    });
+    const { claimed, held } = await claimBatch(deps, queue, workerId, deps.now);
     await sendClaimed(sweepDeps, queue, claimed, deps.now);
     // Tasks held back by a concurrency or rate limit (issue 16) fill the batch too: a full one looks again.
     return { claimed: claimed.length, picked: claimed.length + held, busy: false };

@@ -71,16 +71,43 @@ export interface SweepCounts extends DispatchCounts {
  */
 const MARK_REAPER_MARGIN_SECONDS = 3600;
 
-/** Claims one batch of a queue, sends it (in chunks the Queue accepts), marks it dispatched. */
-async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts & { held: number }> {
-  const { claimed, held } = await claimTasks(deps.db, {
+/**
+ * The queues whose last claim in this isolate met flow control (a
+ * concurrency key or a rate limit): claimTasks takes the whole statement for
+ * them at once, and the plain one for the rest. A hint, never a guard (the
+ * plain claim leaves a batch with flow control unwritten); forgotten whole
+ * past FLOW_HINTS_KEPT names, as queue names are the tenants' to choose.
+ */
+const flowQueues = new Set<string>();
+const FLOW_HINTS_KEPT = 10_000;
+
+/** Claims one batch of a queue for `workerId` (the sweep's dispatch, the kick's rounds, the pumps). */
+export async function claimBatch(
+  deps: { db: Db; config: Config },
+  queue: string,
+  workerId: string,
+  now?: Date,
+): Promise<{ claimed: ClaimedTask[]; held: number }> {
+  const { claimed, held, flow } = await claimTasks(deps.db, {
     now,
     queue,
     limit: deps.config.sweepBatchSize,
-    claimedBy: deps.workerId,
+    claimedBy: workerId,
     leaseSeconds: deps.config.claimLeaseSeconds,
     lookaheadSeconds: deps.config.lookaheadSeconds,
+    flow: flowQueues.has(queue),
   });
+  if (!flow) flowQueues.delete(queue);
+  else {
+    if (flowQueues.size >= FLOW_HINTS_KEPT) flowQueues.clear();
+    flowQueues.add(queue);
+  }
+  return { claimed, held };
+}
+
+/** Claims one batch of a queue, sends it (in chunks the Queue accepts), marks it dispatched. */
+async function dispatchBatch(deps: SweepDeps, queue: string, now?: Date): Promise<DispatchCounts & { held: number }> {
+  const { claimed, held } = await claimBatch(deps, queue, deps.workerId, now);
   return { ...(await sendClaimed(deps, queue, claimed, now)), held };
 }
 

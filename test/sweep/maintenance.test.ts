@@ -224,7 +224,9 @@ describe('bounds', () => {
     expect(new Set(outbox.messages.map((m) => m.body.id)).size).toBe(250);
     expect(Math.max(...batchSizes)).toBeLessThanOrEqual(40);
     // One claim statement and one dispatched mark per batch sent.
-    expect(counted.counts.byName.tasks_claim_runnable).toBeGreaterThanOrEqual(batchSizes.length);
+    expect((counted.counts.byName.tasks_claim_runnable_plain ?? 0) + (counted.counts.byName.tasks_claim_runnable ?? 0)).toBeGreaterThanOrEqual(
+      batchSizes.length,
+    );
     expect(counted.counts.byName.dispatch_marks_insert).toBe(batchSizes.length);
   });
 
@@ -242,7 +244,8 @@ describe('bounds', () => {
     };
     const hc = createHarness(counted.db, { config: { sweepBatchSize: 500 } });
     await hc.sweep({ now: T0, sender });
-    const sweepCounts = { ...counted.counts.byName };
+    // The claims by either statement (plain, or whole where an earlier test left this isolate's hint for the queue).
+    const { tasks_claim_runnable: whole = 0, tasks_claim_runnable_plain: plain = 0, ...sweepCounts } = counted.counts.byName;
     expect(sizes).toEqual([100, 100, 50]);
     counted.reset();
     const bodies = outbox.take().map((m) => m.body);
@@ -261,11 +264,11 @@ describe('bounds', () => {
       tasks_promote_due: 1,
       tasks_wake_parked: 1,
       queues_list_claimable: 1,
-      tasks_claim_runnable: 2,
       dispatch_marks_insert: 1,
       tasks_purge_finished: 1,
       flow_control_purge_idle: 1,
     });
+    expect(whole + plain).toBe(2);
   });
 });
 

@@ -2,7 +2,7 @@
 // statement, freed by whatever takes a task out of `running`.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import type { Db } from '../../src/db/seam.ts';
+import { countStatements, type Db } from '../../src/db/seam.ts';
 import { claimTasks } from '../../src/db/sql/tasks-dispatch.ts';
 import { cancelTaskIfNotStarted, getTask } from '../../src/db/sql/tasks-read.ts';
 import { setQueuePaused, setTenantWeight } from '../../src/db/sql/tenants.ts';
@@ -337,6 +337,54 @@ describe('concurrency limits', () => {
       next.claimed.map((c) => c.id),
     ]);
     expect(claimed).toEqual([{ key: null }, { key: null }]);
+  });
+
+  // plain_claim_leaves_flow_control (issue 12): the plain claim statement
+  // writes nothing when its batch holds flow control, and the whole one
+  // claims it, so the limits hold whichever the claim tries first.
+  it('a claim tried plain on a batch with a concurrency key and a rate limit: the whole statement claims it, within the limit', async () => {
+    await h.enqueue(Array.from({ length: 2 }, () => ({ task: 'slow' })), { now: T0 });
+    await h.enqueue(Array.from({ length: 3 }, () => ({ task: 'slow', concurrency: { key: 'k', limit: 1 } })), { now: T0 });
+    await h.enqueue({ task: 'slow', rateLimit: { key: 'r', limit: 100, periodSeconds: 1 } }, { now: T0 });
+    const counted = countStatements(t.db);
+    const claim = await claimTasks(counted.db, { now: T0, queue: 'default', limit: 10, claimedBy: 'test', leaseSeconds: 60, flow: false });
+    expect(counted.counts.byName).toEqual({ tasks_claim_runnable_plain: 1, tasks_claim_runnable: 1 });
+    expect(claim.flow).toBe(true);
+    // The two plain tasks, the rated one, and one of the key's three.
+    expect(claim.claimed).toHaveLength(4);
+    expect(claim.claimed.filter((c) => c.rated)).toHaveLength(1);
+    expect(claim.held).toBe(2);
+    expect(await expectSlotMatches('acme', 'k')).toBe(1);
+    const [lines] = await t.db.query<{ n: number }>(`select count(*)::int as n from rate_limits where key = 'r'`);
+    expect(lines!.n).toBe(1);
+  });
+
+  it('a claim tried plain on a batch whose only flow control is a rate limit: the whole statement claims it on its line', async () => {
+    await h.enqueue({ task: 'slow' }, { now: T0 });
+    await h.enqueue(Array.from({ length: 2 }, () => ({ task: 'slow', rateLimit: { key: 'r', limit: 1, periodSeconds: 1 } })), { now: T0 });
+    const counted = countStatements(t.db);
+    const claim = await claimTasks(counted.db, { now: T0, queue: 'default', limit: 10, claimedBy: 'test', leaseSeconds: 60, flow: false });
+    expect(counted.counts.byName).toEqual({ tasks_claim_runnable_plain: 1, tasks_claim_runnable: 1 });
+    expect(claim.flow).toBe(true);
+    expect(claim.claimed.map((c) => c.rated).sort()).toEqual([false, true, true]);
+    // On the key's line: a second apart (the second sent with its delay).
+    expect(claim.claimed.filter((c) => c.rated).map((c) => c.delayMs)).toEqual([0, 1000]);
+  });
+
+  it('a plain batch takes the plain statement alone; told the queue had flow control, the whole one claims it and says it has none now', async () => {
+    await h.enqueue(Array.from({ length: 4 }, () => ({ task: 'slow' })), { now: T0 });
+    const counted = countStatements(t.db);
+    const first = await claimTasks(counted.db, { now: T0, queue: 'default', limit: 2, claimedBy: 'test', leaseSeconds: 60 });
+    expect(counted.counts.byName).toEqual({ tasks_claim_runnable_plain: 1 });
+    expect(first).toMatchObject({ held: 0, flow: false });
+    expect(first.claimed).toHaveLength(2);
+    counted.reset();
+    const second = await claimTasks(counted.db, { now: T0, queue: 'default', limit: 2, claimedBy: 'test', leaseSeconds: 60, flow: true });
+    expect(counted.counts.byName).toEqual({ tasks_claim_runnable: 1 });
+    expect(second).toMatchObject({ held: 0, flow: false });
+    expect(second.claimed).toHaveLength(2);
+    const [running] = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status = 'running' and attempts = 1`);
+    expect(running!.n).toBe(4);
   });
 
   it('one sweep claims past full batches of parked tasks to the other keys behind them', async () => {

@@ -542,8 +542,11 @@ describe("the claim's priority scan beside a long history", () => {
       [T0],
     );
     await t.db.query('analyze tasks');
-    const nodes = await planOf((q) => claimTasks(q, { now: T0, queue: 'default', limit: 500, claimedBy: 'plans', leaseSeconds: 60 }), 'custom');
-    expectReadsAtMost(nodes.filter((n) => n['Relation Name'] === 'tasks'), 500, 'custom');
+    // Both claim statements: the plain one and the whole one (flow control).
+    for (const flow of [false, true]) {
+      const nodes = await planOf((q) => claimTasks(q, { now: T0, queue: 'default', limit: 500, claimedBy: 'plans', leaseSeconds: 60, flow }), 'custom');
+      expectReadsAtMost(nodes.filter((n) => n['Relation Name'] === 'tasks'), 500, `custom, flow ${flow}`);
+    }
     const claim = await claimTasks(t.db, { now: T0, queue: 'default', limit: 500, claimedBy: 'plans', leaseSeconds: 60 });
     expect(claim.claimed).toHaveLength(500);
   });

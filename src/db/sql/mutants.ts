@@ -934,14 +934,16 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: 'skip locked',
-    find: `and \${KEY_NOT_BUSY}))
-     order by t.vtime, t.id
+    find: `     order by t.vtime, t.id
      limit $3::int
-     for update of t skip locked`,
-    replace: `and \${KEY_NOT_BUSY}))
-     order by t.vtime, t.id
+     for update of t skip locked
+   ),
+   shares`,
+    replace: `     order by t.vtime, t.id
      limit $3::int
-     for update of t`,
+     for update of t
+   ),
+   shares`,
     tests: ['test/sweep/concurrency.test.ts'],
   },
   {
@@ -2150,9 +2152,9 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "claim_passes_busy_keys: the fair slots' scan passes over a key another claim's turn holds",
-    find: `       and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
+    find: `       and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))\` : ''}
      order by t.vtime, t.id`,
-    replace: `       and (t.concurrency_key is null or not \${KEY_IS_FULL})
+    replace: `       and (t.concurrency_key is null or not \${KEY_IS_FULL})\` : ''}
      order by t.vtime, t.id`,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'claims at once pass over a near-full key',
@@ -2162,12 +2164,41 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "claim_passes_busy_keys: each tenant's pick by priority passes over a key another claim's turn holds",
-    find: `           and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
+    find: `           and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))\` : ''}
          order by t.priority desc, t.run_at, t.id`,
-    replace: `           and (t.concurrency_key is null or not \${KEY_IS_FULL})
+    replace: `           and (t.concurrency_key is null or not \${KEY_IS_FULL})\` : ''}
          order by t.priority desc, t.run_at, t.id`,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'claims at once pass over a near-full key',
+  },
+  {
+    id: 'claim-plain-leaves-flow-control',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable_plain',
+    guard: 'plain_claim_leaves_flow_control: the plain claim writes nothing when its batch holds flow control',
+    find: `     from picked p where not (select seen from flow_seen)`,
+    replace: `     from picked p where true`,
+    also: [
+      {
+        file: DISPATCH,
+        find: `where t.id = d.id\${flow ? '' : ' and not (select seen from flow_seen)'}`,
+        replace: `where t.id = d.id`,
+      },
+    ],
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'a claim tried plain on a batch with a concurrency key',
+  },
+  {
+    id: 'claim-plain-sees-rate-limits',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable_plain',
+    guard: 'plain_claim_leaves_flow_control: a rate limit is flow control too',
+    find: `select exists (select 1 from slots where concurrency_key is not null or rate_key is not null)
+            or exists (select 1 from best_locked where concurrency_key is not null or rate_key is not null) as seen`,
+    replace: `select exists (select 1 from slots where concurrency_key is not null)
+            or exists (select 1 from best_locked where concurrency_key is not null) as seen`,
+    tests: ['test/tasks/concurrency.test.ts'],
+    testName: 'whose only flow control is a rate limit',
   },
   {
     id: 'claim-priority-scan-in-order',
@@ -2177,16 +2208,16 @@ export const mutants: Mutant[] = [
     find: `       select l.* from (
          select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit,
                 t.rate_key, t.rate_limit, t.rate_period_seconds from tasks t
-         where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
-           and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
+         where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant\${flow ? \`
+           and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))\` : ''}
          order by t.priority desc, t.run_at, t.id
          limit $3::int
          for update of t skip locked) l
        limit s.k) b`,
     replace: `       select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit,
               t.rate_key, t.rate_limit, t.rate_period_seconds from tasks t
-       where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
-         and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
+       where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant\${flow ? \`
+         and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))\` : ''}
        order by t.priority desc, t.run_at, t.id
        limit s.k
        for update of t skip locked) b`,
@@ -2275,9 +2306,9 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "claim_skips_full_keys: the fair slots' scan passes over a full key's tasks",
-    find: `       and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
+    find: `       and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))\` : ''}
      order by t.vtime, t.id`,
-    replace: `       and (t.concurrency_key is null or \${KEY_NOT_BUSY})
+    replace: `       and (t.concurrency_key is null or \${KEY_NOT_BUSY})\` : ''}
      order by t.vtime, t.id`,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'leaves the tasks over the limit runnable',
@@ -2299,9 +2330,9 @@ export const mutants: Mutant[] = [
     file: DISPATCH,
     statement: 'tasks_claim_runnable',
     guard: "claim_skips_full_keys: each tenant's pick by priority passes over a full key's tasks",
-    find: `           and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))
+    find: `           and (t.concurrency_key is null or (not \${KEY_IS_FULL} and \${KEY_NOT_BUSY}))\` : ''}
          order by t.priority desc, t.run_at, t.id`,
-    replace: `           and (t.concurrency_key is null or \${KEY_NOT_BUSY})
+    replace: `           and (t.concurrency_key is null or \${KEY_NOT_BUSY})\` : ''}
          order by t.priority desc, t.run_at, t.id`,
     tests: ['test/tasks/concurrency.test.ts'],
     testName: 'passes over the full key next',

@@ -122,10 +122,20 @@ const KEY_NOT_BUSY = `(t.tenant, t.concurrency_key) not in (select b.tenant, b.k
  * in the returned count, so the sweep keeps claiming past it. Rate is decided
  * before concurrency: a reserved task the key's slots then hold back leaves a
  * gap in the line (fewer starts, never more).
+ *
+ * Two statements from this one text (issue 12), as the fenced start has:
+ * `flow` is the whole of it; without, the flow-control CTEs (the key turns,
+ * the rate lines, the slot counts, the parks) are left out. A Worker plans
+ * every statement afresh: without them a claim of 500 plain tasks costs
+ * 11.1 ms of backend CPU against 14.8, and 9.6 against 13.5 ms on a pooled
+ * connection (generic plans); in the drain, 21-23 µs per task against 29-33
+ * (BENCHMARKS.md, issue 12, sixteenth pass). plain_claim_leaves_flow_control: the plain
+ * statement writes nothing when its batch holds a task with a concurrency
+ * key or a rate limit; it says so (`flow`), and claimTasks runs the whole
+ * statement. Which one a queue's claim tries first is a hint
+ * (claimBatch, sweep.ts), never a guard.
  */
-const tasksClaimRunnable = sql(
-  'tasks_claim_runnable',
-  `with clock as (select coalesce($1::timestamptz, now()) as now),
+const claimStatement = (flow: boolean) => `with clock as (select coalesce($1::timestamptz, now()) as now),${flow ? `
    -- claim_passes_busy_keys: a turn tried, once, on each nearly full key of
    -- the first batch of runnable tasks (read unlocked, as far as the scans
    -- would go).
@@ -142,12 +152,12 @@ const tasksClaimRunnable = sql(
                          where s.tenant = d.tenant and s.key = d.key
                            and s.max_running - ${RUNNING_NOW} < 2 * $3::int)
            limit ${KEY_TURNS}) k
-   ),
+   ),` : ''}
    slots as (
-     select t.id, t.tenant, t.vtime from tasks t
+     select t.id, t.tenant, t.vtime, t.concurrency_key, t.rate_key from tasks t
      where t.status = 'queued' and not t.parked and t.queue = $2::text
-       and not exists (select 1 from queues q where q.name = $2::text and q.paused)
-       and (t.concurrency_key is null or (not ${KEY_IS_FULL} and ${KEY_NOT_BUSY}))
+       and not exists (select 1 from queues q where q.name = $2::text and q.paused)${flow ? `
+       and (t.concurrency_key is null or (not ${KEY_IS_FULL} and ${KEY_NOT_BUSY}))` : ''}
      order by t.vtime, t.id
      limit $3::int
      for update of t skip locked
@@ -162,8 +172,8 @@ const tasksClaimRunnable = sql(
        select l.* from (
          select t.id, t.tenant, t.priority, t.run_at, t.vtime, t.concurrency_key, t.concurrency_limit,
                 t.rate_key, t.rate_limit, t.rate_period_seconds from tasks t
-         where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant
-           and (t.concurrency_key is null or (not ${KEY_IS_FULL} and ${KEY_NOT_BUSY}))
+         where t.status = 'queued' and not t.parked and t.queue = $2::text and t.tenant = s.tenant${flow ? `
+           and (t.concurrency_key is null or (not ${KEY_IS_FULL} and ${KEY_NOT_BUSY}))` : ''}
          order by t.priority desc, t.run_at, t.id
          limit $3::int
          for update of t skip locked) l
@@ -172,6 +182,12 @@ const tasksClaimRunnable = sql(
      -- then estimates the batch, not 600 rows per tenant, and keeps the
      -- statement's cost under jit_above_cost (JIT compiled it in 4 s).
      limit $3::int
+   ),
+   -- plain_claim_leaves_flow_control: whether the batch holds a task with
+   -- flow control (a concurrency key or a rate limit).
+   flow_seen as (
+     select exists (select 1 from slots where concurrency_key is not null or rate_key is not null)
+            or exists (select 1 from best_locked where concurrency_key is not null or rate_key is not null) as seen
    ),
    best as (
      select b.*, row_number() over (partition by b.tenant order by b.priority desc, b.run_at, b.id) as rank
@@ -196,8 +212,8 @@ const tasksClaimRunnable = sql(
    reordered as (
      update tasks t set vtime = d.vtime, updated_at = clock.now
      from displaced d, clock
-     where t.id = d.id
-   ),
+     where t.id = d.id${flow ? '' : ' and not (select seen from flow_seen)'}
+   ),${flow ? `
    -- rate_limit_of_newest (migration 0032): one row per key of the batch,
    -- whose limit is its newest task's: the batch's newest, unless the key's
    -- row holds a newer one's.
@@ -337,7 +353,13 @@ const tasksClaimRunnable = sql(
      update tasks t set status = 'scheduled', run_at = d.start_at, vtime = null, updated_at = clock.now
      from decided d, clock
      where t.id = d.id and d.deferred
-   ),
+   ),` : `
+   -- plain_claim_leaves_flow_control: a batch with flow control is not
+   -- claimed here (nothing written; claimTasks runs the whole statement).
+   decided as (
+     select p.id, p.vtime, null::timestamptz as start_at, false as deferred, true as takes_slot
+     from picked p where not (select seen from flow_seen)
+   ),`}
    claimed as (
      update tasks t set
        status = 'running',
@@ -366,14 +388,18 @@ const tasksClaimRunnable = sql(
    -- on few keys' start lines: each line a start takes is a row lock other
    -- consumers' starts of that key wait on until it commits (issue 16,
    -- seventh pass). Unrated tasks keep their vtime order.
-   (select id, lease_epoch, run_at, delay_ms, traceparent, rated, null::int as held from claimed
+   (select id, lease_epoch, run_at, delay_ms, traceparent, rated, null::int as held, null::boolean as flow from claimed
     order by rate_key collate "C" nulls first, vtime, id)
    union all
    -- How many were held back (over a key's slots or its rate, or parked):
    -- the sweep keeps claiming while claimed + held fill batches.
    select null, null, null, null, null, null,
-          (select count(*)::int from decided where not takes_slot) + (select count(*)::int from parked) as held`,
-);
+          ${flow ? '(select count(*)::int from decided where not takes_slot) + (select count(*)::int from parked)' : '0'} as held,
+          -- Flow control met: the whole statement claims this queue next.
+          (select seen from flow_seen)${flow ? ' or exists (select 1 from passed)' : ''} as flow`;
+
+const tasksClaimRunnable = sql('tasks_claim_runnable', claimStatement(true));
+const tasksClaimRunnablePlain = sql('tasks_claim_runnable_plain', claimStatement(false));
 
 export async function claimTasks(
   q: Queryable,
@@ -386,8 +412,14 @@ export async function claimTasks(
     claimToken?: string;
     /** How far ahead a rate-limited task may be reserved a start (the look-ahead); default 60. */
     lookaheadSeconds?: number;
+    /**
+     * The queue's last claim met flow control: the whole statement at once.
+     * Otherwise the plain one first, and the whole one only if the batch
+     * turns out to hold flow control (a hint, never a guard).
+     */
+    flow?: boolean;
   },
-): Promise<{ claimed: ClaimedTask[]; held: number }> {
+): Promise<{ claimed: ClaimedTask[]; held: number; flow: boolean }> {
   const claimToken = p.claimToken ?? crypto.randomUUID();
   const rows = await q.query<{
     id: string | null;
@@ -397,10 +429,18 @@ export async function claimTasks(
     traceparent: string | null;
     rated: boolean | null;
     held: number | null;
-  }>(
-    tasksClaimRunnable,
-    [at(p.now), p.queue, p.limit, p.claimedBy, p.leaseSeconds, claimToken, p.lookaheadSeconds ?? 60],
-  );
+    flow: boolean | null;
+  }>(p.flow ? tasksClaimRunnable : tasksClaimRunnablePlain, [
+    at(p.now),
+    p.queue,
+    p.limit,
+    p.claimedBy,
+    p.leaseSeconds,
+    claimToken,
+    ...(p.flow ? [p.lookaheadSeconds ?? 60] : []),
+  ]);
+  const last = rows.find((r) => r.id === null);
+  if (!p.flow && last?.flow) return claimTasks(q, { ...p, claimToken, flow: true });
   const claimed = rows
     .filter((r) => r.id !== null)
     .map((r) => ({
@@ -412,7 +452,7 @@ export async function claimTasks(
       claimToken,
       rated: r.rated === true,
     }));
-  return { claimed, held: Number(rows.find((r) => r.id === null)?.held ?? 0) };
+  return { claimed, held: Number(last?.held ?? 0), flow: last?.flow === true };
 }
 
 /**
