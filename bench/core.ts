@@ -13,7 +13,7 @@ import type { Db, Queryable, Sql } from '../src/db/seam.ts';
 import { createRegistry, defineTask, type Registry } from '../src/handlers/registry.ts';
 import { createLogger, type Logger } from '../src/log.ts';
 import type { TaskMessage } from '../src/queue/messages.ts';
-import { sweepOnce } from '../src/sweep/sweep.ts';
+import { invocationId, sweepOnce } from '../src/sweep/sweep.ts';
 import { processRunNs } from './cpu.ts';
 import type { Handoff } from './handoff.ts';
 import { progress, sleep } from './stats.ts';
@@ -182,8 +182,9 @@ export function startPipeline(options: {
     rejectDone(error);
   };
 
-  const sweepers = options.sweepDbs.map(async (db, i) => {
-    const deps = { db, config, sender: handoff, log, workerId: `bench-sweep-${i}` };
+  const sweepers = options.sweepDbs.map(async (db) => {
+    // Ids as production writes them to claimed_by (every version of a claimed row carries one).
+    const deps = { db, config, sender: handoff, log, workerId: invocationId('cron') };
     while (!stopping) {
       let claimed = 0;
       try {

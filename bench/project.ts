@@ -6,7 +6,7 @@ import { countStatements, type Db } from '../src/db/seam.ts';
 import { setTenantWeight } from '../src/db/sql/tenants.ts';
 import { consumeBatch } from '../src/consume/consume.ts';
 import type { TaskMessage } from '../src/queue/messages.ts';
-import { dispatchRunnable, sweepOnce } from '../src/sweep/sweep.ts';
+import { dispatchRunnable, invocationId, sweepOnce } from '../src/sweep/sweep.ts';
 import { claimTasks, markDispatched } from '../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../src/db/sql/tasks-fence.ts';
 import { enqueueTasks, type TaskInput } from '../src/tasks/enqueue.ts';
@@ -273,7 +273,7 @@ export async function projectLatency(ctx: Ctx): Promise<LatencyResult> {
     // with delaySeconds now rather than at the next tick.
     const { log } = benchLogger('project latency kick');
     if (results.some((r) => r.task?.status === 'queued')) {
-      await dispatchRunnable({ db: enqueueDb, config: benchConfig, sender: handoff, log, workerId: 'bench-kick' }, { queues: ['default'] });
+      await dispatchRunnable({ db: enqueueDb, config: benchConfig, sender: handoff, log, workerId: invocationId('kick') }, { queues: ['default'] });
     }
     await pipeline.done;
   } finally {

@@ -1,6 +1,7 @@
 // scheduled: one sweep per cron tick.
 import { sweepOnce } from '../src/sweep/sweep.ts';
-import { invocationId, openDb, sharedFor, tasksQueue } from './deps.ts';
+import { invocationId } from '../src/sweep/sweep.ts';
+import { openDb, sharedFor, tasksQueue } from './deps.ts';
 import type { Env } from './env.ts';
 
 export async function handleScheduled(controller: ScheduledController, env: Env, _ctx: ExecutionContext): Promise<void> {

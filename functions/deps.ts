@@ -95,8 +95,3 @@ export function tasksQueue(env: Env): TaskSender & PumpSender {
   }
   return q;
 }
-
-/** A fresh id per invocation, written to claimed_by. */
-export function invocationId(kind: string): string {
-  return `${kind}:${crypto.randomUUID()}`;
-}

@@ -12,7 +12,8 @@ import { consumeBatch } from '../src/consume/consume.ts';
 import { settleDeadLetters } from '../src/consume/dead-letters.ts';
 import { runPump } from '../src/sweep/pump.ts';
 import { isPumpMessage, type PumpMessage, type TaskMessage } from '../src/queue/messages.ts';
-import { invocationId, openDb, sharedFor, tasksQueue } from './deps.ts';
+import { invocationId } from '../src/sweep/sweep.ts';
+import { openDb, sharedFor, tasksQueue } from './deps.ts';
 import type { Env } from './env.ts';
 
 /** A batch the database could not take is redelivered after this delay. */

@@ -16,7 +16,7 @@ import type { Db } from '../db/seam.ts';
 import type { Logger } from '../log.ts';
 import type { EnqueueResult } from '../tasks/enqueue.ts';
 import type { PumpSender, TaskSender } from '../queue/messages.ts';
-import { claimBatch, isBacklog, sendClaimed, sendPumps } from './sweep.ts';
+import { claimBatch, invocationId, isBacklog, sendClaimed, sendPumps } from './sweep.ts';
 
 export interface KickDeps {
   db: Db;
@@ -72,7 +72,7 @@ export function createKicker(options: {
 
   async function round(deps: KickDeps, queue: string): Promise<{ claimed: number; picked: number; busy: boolean }> {
     if (!(await isClaimFree(deps.db, queue))) return { claimed: 0, picked: 0, busy: true };
-    const workerId = `kick:${crypto.randomUUID()}`;
+    const workerId = invocationId('kick');
     const sweepDeps = { db: deps.db, config: deps.config, sender: deps.sender, log: deps.log, workerId };
     const { claimed, held } = await claimBatch(deps, queue, workerId, deps.now);
     await sendClaimed(sweepDeps, queue, claimed, deps.now);

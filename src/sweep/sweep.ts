@@ -66,6 +66,19 @@ export interface SweepCounts extends DispatchCounts {
 }
 
 /**
+ * A fresh id per invocation (`cron:`, `pump:`, `kick:` and 12 hex digits),
+ * written to claimed_by of every task it claims and named in its log lines.
+ * Short on purpose: every version of a claimed task's row carries it (the
+ * claim's, the fenced start's and the finish's), and a UUID's 41 characters
+ * were 72 bytes of WAL per task (BENCHMARKS.md, issue 12, sixteenth pass).
+ * 48 random bits tell apart the invocations a log search meets.
+ */
+export function invocationId(kind: string): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(6));
+  return `${kind}:${Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')}`;
+}
+
+/**
  * Dispatch marks are kept this long past every lease they could hold, so a
  * reaper that fell behind (a sweep outage) still tells "sent" from "never sent".
  */

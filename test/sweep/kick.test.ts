@@ -41,6 +41,9 @@ describe('the dispatch kick', () => {
     expect(claims).toBeGreaterThanOrEqual(1);
     expect(claims).toBeLessThanOrEqual(4);
     expect(counted.counts.byName.tasks_insert_batch_plain).toBe(50);
+    // claimed_by names the kick's invocation, in 17 characters (every version of the row carries it).
+    const holders = await t.db.query<{ by: string }>(`select distinct claimed_by as by from tasks`);
+    for (const { by } of holders) expect(by).toMatch(/^kick:[0-9a-f]{12}$/);
   });
 
   it('concurrent enqueues of two tenants keep fair shares', async () => {
