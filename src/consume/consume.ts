@@ -100,6 +100,9 @@ function retryDelayOf(ms: number): number | null {
   return Math.min(RETRY_AFTER_MAX_MS, Math.max(0, Math.round(ms)));
 }
 
+/** The abort reason a handler's signal carries once its attempt is over (one object: its stack says nothing). */
+const ATTEMPT_FINISHED = new Error('attempt finished');
+
 async function runAttempt(
   deps: ConsumeDeps,
   started: StartedTask,
@@ -132,11 +135,15 @@ async function runAttempt(
   }
 
   const controller = new AbortController();
-  const timeoutError = new Error(`timed out after ${task.timeoutMs} ms`);
-  timeoutError.name = 'TimeoutError';
+  // Made when the timer fires: an Error captures a stack, and two of them
+  // per attempt were most of the consumer's own CPU per task (BENCHMARKS.md,
+  // issue 12, sixteenth pass).
+  let timeoutError: Error | undefined;
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timedOut = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
+      timeoutError = new Error(`timed out after ${task.timeoutMs} ms`);
+      timeoutError.name = 'TimeoutError';
       controller.abort(timeoutError);
       reject(timeoutError);
     }, task.timeoutMs);
@@ -173,7 +180,7 @@ async function runAttempt(
     const httpStatus = task.task === 'http' && typeof status === 'number' ? status : null;
     return { ...base, outcome: 'succeeded', error: null, result: result.text, httpStatus };
   } catch (error) {
-    if (error === timeoutError) {
+    if (timeoutError !== undefined && error === timeoutError) {
       log.warn('task timed out; handler aborted', { timeoutMs: task.timeoutMs });
       return { ...base, outcome: 'failed', ...failure(error), timedOut: true };
     }
@@ -182,7 +189,7 @@ async function runAttempt(
     return { ...base, outcome: 'failed', ...failure(error) };
   } finally {
     clearTimeout(timer);
-    if (!controller.signal.aborted) controller.abort(new Error('attempt finished'));
+    if (!controller.signal.aborted) controller.abort(ATTEMPT_FINISHED);
   }
 }
 

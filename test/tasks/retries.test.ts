@@ -29,6 +29,13 @@ const handlers = [
     throw new RetryAfterError('come back', retryDelays[k]!);
   }),
   defineTask('fine', z.object({}).default({}), async () => 'ok'),
+  // Returns at once, leaving work behind that listens on its signal.
+  defineTask('leaves-work', z.object({}).default({}), async (_p, ctx) => {
+    ctx.signal.addEventListener('abort', () => {
+      aborted = { reason: ctx.signal.reason };
+    });
+    return 'done';
+  }),
   defineTask('hang', z.object({}).default({}), async (_p, ctx) => {
     // Ignores nothing: resolves only when told to stop.
     await new Promise<void>((resolve) =>
@@ -192,6 +199,13 @@ describe('handler outcomes', () => {
     const task = (await getTask(t.db, 'acme', r!.task!.id))!;
     expect(task).toMatchObject({ status: 'scheduled', attempts: 1 });
     expect(task.lastError).toBe('TimeoutError: timed out after 50 ms');
+  });
+
+  it("a handler's signal is aborted once its attempt is over", async () => {
+    const [r] = await h.enqueue({ task: 'leaves-work', timeout: 0.05 }, { now: T0 });
+    await round(T0);
+    expect((aborted!.reason as Error).message).toBe('attempt finished');
+    expect(await getTask(t.db, 'acme', r!.task!.id)).toMatchObject({ status: 'succeeded', lastError: null });
   });
 
   it('an at_most_once task that fails is not retried', async () => {
