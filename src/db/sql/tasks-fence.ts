@@ -3,15 +3,13 @@
 import type { TraceContext } from '../../tracing/trace-context.ts';
 import type { Queryable } from '../seam.ts';
 import { sql } from '../seam.ts';
-import { taskFromRow, type Task, type TaskRow, type TaskStatus } from './taskRows.ts';
+import type { Task, TaskRow, TaskStatus } from './taskRows.ts';
 import { freeSlotsOf } from './concurrency.ts';
 import {
   at,
   batchRows,
   countPendingOf,
   lostFromRow,
-  TASK_COLUMNS_NULLS_BUT_ID,
-  TASK_COLUMNS_T,
   type LostFence,
   type LostRow,
   type Now,
@@ -25,8 +23,14 @@ import {
  */
 const RATE_LIMIT_START_WAIT_SECONDS = 10;
 
+/** What the consumer runs a started task with: the handler's context, its timeout, the finish's fence. */
+export type StartedTaskFields = Pick<
+  Task,
+  'id' | 'tenant' | 'queue' | 'task' | 'payload' | 'attempts' | 'maxAttempts' | 'timeoutMs' | 'epoch' | 'callbackOf'
+>;
+
 export interface StartedTask {
-  task: Task;
+  task: StartedTaskFields;
   /** The W3C trace context of the request that enqueued it, if it had one. */
   trace: TraceContext | null;
   /** Milliseconds until its start: above 0 only for a rate-limited task given a later place on its key's line. */
@@ -58,7 +62,16 @@ const DISPATCHED_AT = `coalesce(t.dispatched_at,
  * the per-task reads, so each task still takes exactly one branch.
  */
 const NO_QUEUE_PAUSED = `(select true from queues p where p.paused limit 1) is null`;
-const STARTED_COLUMNS = `${TASK_COLUMNS_T}, t.traceparent, t.tracestate,
+/**
+ * started_returns_what_runs_it: the started rows carry the columns of
+ * StartedTaskFields (and rate_key, for the statement's own `rated`), not the
+ * whole task. The whole row was 37 columns, seven of them timestamps, for
+ * every task of every batch: formatting them cost Postgres and parsing them
+ * cost the consumer (BENCHMARKS.md, issue 12, sixteenth pass).
+ */
+const STARTED_TASK_COLUMNS = ['id', 'tenant', 'queue', 'task', 'payload', 'attempts', 'max_attempts', 'timeout_ms', 'lease_epoch', 'callback_of', 'rate_key'];
+const STARTED_NULLS_BUT_ID = STARTED_TASK_COLUMNS.slice(1).map((c) => `null as ${c}`).join(', ');
+const STARTED_COLUMNS = `${STARTED_TASK_COLUMNS.map((c) => `t.${c}`).join(', ')}, t.traceparent, t.tracestate,
                greatest(0, extract(epoch from t.started_at - clock.now) * 1000)::float8 as wait_ms`;
 
 /** The end of a rated start's wait budget ($5 s from now): the line's count and rate_decided's `over` read the same one. */
@@ -293,7 +306,7 @@ const startStatement = (rated: boolean) => `with clock as (select coalesce($1::t
           true as started, null::text as reason, s.rate_key is not null as rated
    from started s
    union all
-   select m.id, ${TASK_COLUMNS_NULLS_BUT_ID}, null, null,
+   select m.id, ${STARTED_NULLS_BUT_ID}, null, null,
           case when r.id is null${rated ? ' and rr.id is null' : ''}
                then greatest(0, extract(epoch from cur.run_at - clock.now) * 1000)::float8 end,
           m.epoch, cur.lease_epoch, case when r.id is not null${rated ? ' or rr.id is not null' : ''} then 'queued' else cur.status end, false,
@@ -313,7 +326,7 @@ const startStatement = (rated: boolean) => `with clock as (select coalesce($1::t
 const tasksStartIfClaimed = sql('tasks_start_if_claimed', startStatement(true));
 const tasksStartIfClaimedUnrated = sql('tasks_start_if_claimed_unrated', startStatement(false));
 
-type StartRow = TaskRow &
+type StartRow = Pick<TaskRow, 'id' | 'tenant' | 'queue' | 'task' | 'payload' | 'attempts' | 'max_attempts' | 'timeout_ms' | 'lease_epoch' | 'callback_of'> &
   LostRow & {
     wait_ms: number | null;
     started: boolean;
@@ -354,7 +367,19 @@ export async function startIfClaimed(
   for (const r of rows) {
     if (r.started) {
       const trace = r.traceparent ? { traceparent: r.traceparent, tracestate: r.tracestate } : null;
-      out.started.push({ task: taskFromRow(r), trace, waitMs: Number(r.wait_ms ?? 0) });
+      const task: StartedTaskFields = {
+        id: String(r.id),
+        tenant: r.tenant,
+        queue: r.queue,
+        task: r.task,
+        payload: r.payload,
+        attempts: r.attempts,
+        maxAttempts: r.max_attempts,
+        timeoutMs: r.timeout_ms,
+        epoch: Number(r.lease_epoch),
+        callbackOf: r.callback_of === null || r.callback_of === undefined ? null : String(r.callback_of),
+      };
+      out.started.push({ task, trace, waitMs: Number(r.wait_ms ?? 0) });
     } else if (r.reason === 'rated') left.push({ id: String(r.id), epoch: Number(r.epoch), rated: true });
     else if (r.reason === 'early') out.early.push({ id: String(r.id), epoch: Number(r.epoch), waitMs: Number(r.wait_ms), rated: r.rated === true });
     else out.lost.push(r.reason ? { ...lostFromRow(r), reason: r.reason } : lostFromRow(r));

@@ -94,9 +94,6 @@ export const batchRows = (columns: readonly (readonly [name: string, param: stri
   `select ${columns.map(([name, param]) => `(${param})[b.i] as ${name}`).join(', ')}
      from generate_subscripts(${columns[0]![1]}, 1) as b(i)`;
 
-/** Fills the task columns of a UNION branch that reports a lost fence (by id only). */
-export const TASK_COLUMNS_NULLS_BUT_ID = TASK_COLUMN_NAMES.slice(1).map((c) => `null as ${c}`).join(', ');
-
 /** A fenced write that found the task no longer held at the expected epoch. */
 export interface LostFence {
   id: string;
