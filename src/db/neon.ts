@@ -6,9 +6,9 @@
 // (scripts/ws-proxy.ts): `wsProxy` names it, and TLS is off because the proxy
 // is on loopback. The same driver code runs in workerd and in Node; Node
 // passes its WebSocket constructor (the `ws` package).
-import { Pool, neonConfig } from '@neondatabase/serverless';
+import { Pool, neonConfig, types } from '@neondatabase/serverless';
 import type { Db } from './seam.ts';
-import { createPooledDb, type DbTimeouts, type PoolLike, DEFAULT_CONNECT_TIMEOUT_MS } from './pooled.ts';
+import { createPooledDb, rememberingTimestamps, type DbTimeouts, type PoolLike, DEFAULT_CONNECT_TIMEOUT_MS } from './pooled.ts';
 
 export interface NeonDbOptions extends DbTimeouts {
   connectionString: string;
@@ -40,6 +40,7 @@ export function createNeonDb(options: NeonDbOptions): Db & { transport: 'neon'; 
     max: options.maxConnections ?? 4,
     application_name: options.applicationName,
     connectionTimeoutMillis: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
+    types: rememberingTimestamps(types),
   });
   return createPooledDb(pool as unknown as PoolLike, { ...options, transport: 'neon' }) as Db & {
     transport: 'neon';

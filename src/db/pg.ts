@@ -17,7 +17,7 @@ import pg from 'pg';
 // passed explicitly.
 import * as pgCloudflare from 'pg-cloudflare';
 import type { Db } from './seam.ts';
-import { createPooledDb, type DbTimeouts, type PoolLike, DEFAULT_CONNECT_TIMEOUT_MS } from './pooled.ts';
+import { createPooledDb, rememberingTimestamps, type DbTimeouts, type PoolLike, DEFAULT_CONNECT_TIMEOUT_MS } from './pooled.ts';
 
 export interface PgDbOptions extends DbTimeouts {
   /** `env.HYPERDRIVE.connectionString`, or any Postgres URL. */
@@ -124,6 +124,7 @@ export function createPgDb(options: PgDbOptions): PgDb {
     connectionTimeoutMillis: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
     // A connection lives for one invocation: no idle timers left behind.
     idleTimeoutMillis: 0,
+    types: rememberingTimestamps(pg.types),
   });
   const db = createPooledDb(pool as unknown as PoolLike, { ...options, transport: 'hyperdrive' }) as Db & {
     transport: 'hyperdrive';
