@@ -357,6 +357,13 @@ describe('concurrency limits', () => {
     expect(await expectSlotMatches('acme', 'k')).toBe(1);
     const [lines] = await t.db.query<{ n: number }>(`select count(*)::int as n from rate_limits where key = 'r'`);
     expect(lines!.n).toBe(1);
+    // The key is full and the plain tasks are gone: the whole statement claims
+    // nothing and keeps the queue's hint (the plain one would meet the key's
+    // tasks and hand over again).
+    counted.reset();
+    const next = await claimTasks(counted.db, { now: T0, queue: 'default', limit: 10, claimedBy: 'test', leaseSeconds: 60, flow: true });
+    expect(counted.counts.byName).toEqual({ tasks_claim_runnable: 1 });
+    expect(next).toMatchObject({ claimed: [], flow: true });
   });
 
   it('a claim tried plain on a batch whose only flow control is a rate limit: the whole statement claims it on its line', async () => {

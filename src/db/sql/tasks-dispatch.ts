@@ -395,8 +395,11 @@ const claimStatement = (flow: boolean) => `with clock as (select coalesce($1::ti
    -- the sweep keeps claiming while claimed + held fill batches.
    select null, null, null, null, null, null,
           ${flow ? '(select count(*)::int from decided where not takes_slot) + (select count(*)::int from parked)' : '0'} as held,
-          -- Flow control met: the whole statement claims this queue next.
-          (select seen from flow_seen)${flow ? ' or exists (select 1 from passed)' : ''} as flow`;
+          -- Flow control met: the whole statement claims this queue next. The
+          -- whole one also keeps it when it claimed nothing (a full key's
+          -- tasks, passed over, are in none of its scans): the plain one
+          -- would meet them and hand over, one statement more per claim.
+          (select seen from flow_seen)${flow ? ' or exists (select 1 from passed) or not exists (select 1 from claimed)' : ''} as flow`;
 
 const tasksClaimRunnable = sql('tasks_claim_runnable', claimStatement(true));
 const tasksClaimRunnablePlain = sql('tasks_claim_runnable_plain', claimStatement(false));
