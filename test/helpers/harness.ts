@@ -212,6 +212,14 @@ export function createHarness(
   return h;
 }
 
+/**
+ * Claim statements counted by name, whichever of the two ran: the plain one,
+ * or the whole one where the batch held flow control or this isolate's hint
+ * (claimBatch) says the queue's last claim met it.
+ */
+export const claimsCounted = (byName: Record<string, number>): number =>
+  (byName.tasks_claim_runnable_plain ?? 0) + (byName.tasks_claim_runnable ?? 0);
+
 /** A `count` task type that records how many times each task's handler ran. */
 export function countingTask(): { task: TaskHandler<never>; runs: Map<string, number> } {
   const runs = new Map<string, number>();

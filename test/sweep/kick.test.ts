@@ -10,7 +10,7 @@ import { defaultConfig } from '../../src/config.ts';
 import { silentLogger } from '../../src/log.ts';
 import type { Db } from '../../src/db/seam.ts';
 import { T0, resetTables, useTestDatabase } from '../helpers/db.ts';
-import { createPumpbox } from '../helpers/harness.ts';
+import { claimsCounted, createPumpbox } from '../helpers/harness.ts';
 import { createTestApi } from '../helpers/http.ts';
 
 const t = useTestDatabase({ maxConnections: 20 });
@@ -37,7 +37,7 @@ describe('the dispatch kick', () => {
     expect(new Set(api.outbox.messages.map((m) => m.body.id)).size).toBe(50);
     // One kick per isolate and queue, plus trailing rounds for work that
     // arrived while it ran: a few claims, not fifty.
-    const claims = (counted.counts.byName.tasks_claim_runnable_plain ?? 0) + (counted.counts.byName.tasks_claim_runnable ?? 0);
+    const claims = claimsCounted(counted.counts.byName);
     expect(claims).toBeGreaterThanOrEqual(1);
     expect(claims).toBeLessThanOrEqual(4);
     expect(counted.counts.byName.tasks_insert_batch_plain).toBe(50);
@@ -99,7 +99,7 @@ describe('the dispatch kick', () => {
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
     expect(counted.counts.byName.queues_probe_claim_free ?? 0).toBeGreaterThanOrEqual(kicksBefore + 2);
-    expect((counted.counts.byName.tasks_claim_runnable ?? 0) + (counted.counts.byName.tasks_claim_runnable_plain ?? 0)).toBe(0);
+    expect(claimsCounted(counted.counts.byName)).toBe(0);
     release();
     await other;
     await api.settle();

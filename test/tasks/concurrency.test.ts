@@ -378,6 +378,26 @@ describe('concurrency limits', () => {
     expect(claim.claimed.filter((c) => c.rated).map((c) => c.delayMs)).toEqual([0, 1000]);
   });
 
+  it("the sweep's hint: a queue whose claim met flow control is claimed by the whole statement next, and by the plain one once it met none", async () => {
+    const counted = countStatements(t.db);
+    const hc = createHarness(counted.db, { handlers: [slowTask] });
+    const claims = async (now: Date) => {
+      counted.reset();
+      await hc.sweep({ now });
+      const { tasks_claim_runnable: whole = 0, tasks_claim_runnable_plain: plain = 0 } = counted.counts.byName;
+      return { whole, plain };
+    };
+    // A queue of its own: the hint is this isolate's, kept across tests.
+    await hc.enqueue({ task: 'slow', queue: 'hinted', concurrency: { key: 'k', limit: 1 } }, { now: T0 });
+    expect(await claims(T0)).toEqual({ whole: 1, plain: 1 });
+    await hc.enqueue(Array.from({ length: 2 }, () => ({ task: 'slow', queue: 'hinted' })), { now: at(1) });
+    expect(await claims(at(1))).toEqual({ whole: 1, plain: 0 });
+    await hc.enqueue(Array.from({ length: 2 }, () => ({ task: 'slow', queue: 'hinted' })), { now: at(2) });
+    expect(await claims(at(2))).toEqual({ whole: 0, plain: 1 });
+    const [running] = await t.db.query<{ n: number }>(`select count(*)::int as n from tasks where status = 'running'`);
+    expect(running!.n).toBe(5);
+  });
+
   it('a plain batch takes the plain statement alone; told the queue had flow control, the whole one claims it and says it has none now', async () => {
     await h.enqueue(Array.from({ length: 4 }, () => ({ task: 'slow' })), { now: T0 });
     const counted = countStatements(t.db);
