@@ -555,6 +555,30 @@ describe("the claim's priority scan beside a long history", () => {
   });
 });
 
+// claim_updates_by_id (tasks-dispatch.ts): the claim's update names its rows
+// by id. Joined to the batch alone, a plan for its values over a table of
+// 20,000 queued tasks hashed all of them to write 500 (5 of a claim's 14 ms,
+// BENCHMARKS.md); the same with the whole statement's held and claimed rows.
+describe("the claim's update beside a backlog of queued tasks", () => {
+  it('reads only the batch it claims, generic and custom, with and without flow control', async () => {
+    await resetTables(t.db);
+    await t.db.query(
+      `insert into tasks (tenant, task, status, run_at, vtime)
+       select 'acme', 'noop', 'queued', $1::timestamptz, i from generate_series(1, 20000) i`,
+      [T0],
+    );
+    await t.db.query('vacuum analyze tasks');
+    for (const plan of ['generic', 'custom'] as const) {
+      for (const flow of [false, true]) {
+        const nodes = await planOf((q) => claimTasks(q, { now: T0, queue: 'default', limit: 500, claimedBy: 'plans', leaseSeconds: 60, flow }), plan);
+        expectReadsAtMost(nodes.filter((n) => n['Relation Name'] === 'tasks'), 500, `${plan}, flow ${flow}`);
+      }
+    }
+    const claim = await claimTasks(t.db, { now: T0, queue: 'default', limit: 500, claimedBy: 'plans', leaseSeconds: 60 });
+    expect(claim.claimed).toHaveLength(500);
+  });
+});
+
 describe("the sweep's wake of parked tasks beside a saturated key's parked backlog", () => {
   it('reads a row per key with parked tasks, generic and custom, and wakes only where there is room', async () => {
     await resetTables(t.db);

@@ -2829,6 +2829,16 @@ export const mutants: Mutant[] = [
     tests: ['test/tasks/plans.test.ts'],
   },
   {
+    id: 'claim-updates-by-id',
+    file: DISPATCH,
+    statement: 'tasks_claim_runnable_plain',
+    guard: 'claim_updates_by_id: joined to the batch alone, a plan hashed every queued task',
+    find: `where t.id = any(array(select x.id from decided x where x.takes_slot)) and t.id = d.id and d.takes_slot`,
+    replace: `where t.id = d.id and d.takes_slot`,
+    tests: ['test/tasks/plans.test.ts'],
+    testName: "the claim's update beside a backlog of queued tasks",
+  },
+  {
     id: 'mark-reads-its-ids',
     file: DISPATCH,
     statement: 'dispatch_marks_insert',
