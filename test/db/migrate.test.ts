@@ -6,7 +6,7 @@ import { migrate } from '../../src/db/migrate.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { getTask, listTasks } from '../../src/db/sql/tasks-read.ts';
 import { cancelMatchingTasks } from '../../src/db/sql/bulkCancel.ts';
-import { purgeFinishedTasks, purgeSpentKeys, reapExpiredLeases } from '../../src/db/sql/tasks-maintenance.ts';
+import { promoteDueTasks, purgeFinishedTasks, purgeSpentKeys, reapExpiredLeases } from '../../src/db/sql/tasks-maintenance.ts';
 import { purgeIdleFlowControl } from '../../src/db/sql/concurrency.ts';
 import { listApiKeys, listKnownTenants, queueStats } from '../../src/db/sql/tenants.ts';
 import type { Db } from '../../src/db/seam.ts';
@@ -297,6 +297,17 @@ describe('migrate', () => {
     await migrate(db, migrations);
     expect(await betaThrough(db, 'tasks_parked_priority_idx', `concurrency_key = 'k' and status = 'queued' and parked`)).toBe(3);
     expect(await db.query(`select count(*)::int as n from pg_class where relname = 'tasks_parked_idx'`)).toEqual([{ n: 0 }]);
+    await db.close();
+  });
+
+  it('0035 (the due tasks in promote order) indexes the scheduled tasks of tasks in every status and drops the old index', async () => {
+    const { db, migrations } = await dbBefore('0035_');
+    await insertTasksInEveryStatus(db);
+    await migrate(db, migrations);
+    expect(await betaThrough(db, 'tasks_due_order_idx', `status = 'scheduled' and run_at <= now() + interval '1 day'`)).toBe(3);
+    expect(await db.query(`select count(*)::int as n from pg_class where relname = 'tasks_due_idx'`)).toEqual([{ n: 0 }]);
+    // The promote takes the due ones (the look-ahead reaches them all).
+    expect(await promoteDueTasks(db, { now: new Date(Date.now() + 86_400_000), lookaheadSeconds: 60, limit: 100 })).toBe(4);
     await db.close();
   });
 });

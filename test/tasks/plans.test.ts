@@ -14,7 +14,7 @@ import { randomUUID } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Db, Queryable } from '../../src/db/seam.ts';
 import { probeDueWork } from '../../src/db/sql/dispatchers.ts';
-import { promoteDueTasks, purgeFinishedTasks, purgeSpentKeys } from '../../src/db/sql/tasks-maintenance.ts';
+import { promoteDueTasks, purgeFinishedTasks, purgeSpentKeys, reapExpiredLeases } from '../../src/db/sql/tasks-maintenance.ts';
 import { claimTasks, markDispatched, wakeParkedTasks } from '../../src/db/sql/tasks-dispatch.ts';
 import { finishIfRunning, startIfClaimed } from '../../src/db/sql/tasks-fence.ts';
 import { queueStats } from '../../src/db/sql/tenants.ts';
@@ -240,7 +240,7 @@ describe("the sweep's probe over statistics of a claimed backlog", () => {
       // The due index gives the one due task and stops at the bound. (The
       // update's join by id is planned for the batch's limit, not for what
       // the scan found: over a table this small a generic plan hashes it.)
-      const due = scans.filter((n) => n['Index Name'] === 'tasks_due_idx');
+      const due = scans.filter((n) => n['Index Name'] === 'tasks_due_order_idx');
       expect(due.map((n) => n['Actual Rows']), `${plan}: the due task`).toEqual([1]);
       expectReadsAtMost(due, 1, plan);
     }
@@ -612,6 +612,68 @@ describe("the claim's writes beside a backlog of queued tasks", () => {
     const claim = await claimOf(true)(t.db);
     expect(claim.claimed).toHaveLength(100);
     expect(claim.held).toBe(400);
+  });
+});
+
+// updates_by_id (tasks-shared.ts) in the sweep's other writes and the bulk
+// cancel, and the due index in the promote's order (migration 0035): each
+// reads its batch, not the backlog beside it.
+describe("the promote's, the reaper's and the bulk cancel's writes beside a backlog", () => {
+  const BACKLOG = 20_000;
+  const tasksScans = async (write: (q: Queryable) => Promise<unknown>, plan: 'generic' | 'custom') =>
+    (await planOf(write, plan)).filter((n) => n['Relation Name'] === 'tasks');
+
+  it('promotes a batch of tasks due at one instant reading only the batch, generic and custom', async () => {
+    await resetTables(t.db);
+    await t.db.query(
+      `insert into tasks (tenant, task, status, run_at) select 'acme', 'noop', 'scheduled', $1::timestamptz from generate_series(1, ${BACKLOG}) i`,
+      [T0],
+    );
+    await t.db.query('vacuum analyze tasks');
+    const promote = (q: Queryable) => promoteDueTasks(q, { now: at(1), lookaheadSeconds: 60, limit: 1000 });
+    for (const plan of ['generic', 'custom'] as const) expectReadsAtMost(await tasksScans(promote, plan), 1000, plan);
+    expect(await promote(t.db)).toBe(1000);
+    // In id order: the lowest 1,000.
+    const [promoted] = await t.db.query<{ max: string }>(`select max(id)::text as max from tasks where status = 'queued'`);
+    expect(promoted!.max).toBe('1000');
+  });
+
+  it('reaps a batch of expired leases reading the running tasks once', async () => {
+    await resetTables(t.db);
+    await t.db.query(
+      `insert into tasks (tenant, task, status, run_at, attempts, lease_epoch, claimed_by, lease_expires_at, started_at, dispatched_at)
+       select 'acme', 'noop', 'running', x.t, 1, 1, 'gone', x.t + interval '50 minutes', x.t, x.t
+       from generate_series(1, ${BACKLOG}) i, lateral (select $1::timestamptz - interval '1 hour' as t) x`,
+      [T0],
+    );
+    await t.db.query('vacuum analyze tasks');
+    const reap = (q: Queryable) => reapExpiredLeases(q, { now: T0, limit: 500, dispatchLeaseSeconds: 300 });
+    for (const plan of ['generic', 'custom'] as const) {
+      // No index orders the leases: the expiry's scan reads the running
+      // tasks; the write reads only the batch it found.
+      const wide = (await tasksScans(reap, plan)).filter((n) => rowsRead(n) > 500);
+      expect(wide.length, `${plan}: scans of tasks reading more than the batch`).toBe(1);
+    }
+    expect((await reap(t.db)).retried).toBe(500);
+  });
+
+  // A bulk cancel is an HTTP request: a Worker's, planned for its values.
+  // A generic plan picks a tenant's only backlog by a seq scan and a top-N
+  // sort (it prices the unknown limit at a tenth of the rows), but its write
+  // still looks each task up once.
+  it("bulk-cancels a batch of a tenant's waiting tasks reading only the batch", async () => {
+    await resetTables(t.db);
+    await t.db.query(
+      `insert into tasks (tenant, task, status, run_at, vtime) select 'acme', 'noop', 'queued', $1::timestamptz, i from generate_series(1, ${BACKLOG}) i`,
+      [T0],
+    );
+    await t.db.query('vacuum analyze tasks');
+    const cancel = (q: Queryable) => cancelMatchingTasks(q, { now: T0, tenant: 'acme', match: {}, limit: 1000 });
+    expectReadsAtMost(await tasksScans(cancel, 'custom'), 1000, 'custom');
+    for (const n of await tasksScans(cancel, 'generic')) {
+      expect(n['Actual Loops'], `generic: ${n['Node Type']} on ${n['Index Name'] ?? 'tasks'} rescanned`).toBeLessThanOrEqual(1);
+    }
+    expect(await cancel(t.db)).toHaveLength(1000);
   });
 });
 

@@ -58,8 +58,10 @@ const tasksCancelMatching = sql(
    ),
    cancelled as (
      update tasks t set status = 'cancelled', finished_at = clock.now, lease_expires_at = null, updated_at = clock.now
-     from picked, clock
-     where t.id = picked.id
+     from clock
+     -- updates_by_id (tasks-shared.ts): by the ids alone (joined to picked
+     -- beside them, a generic plan looked all of them up again for each).
+     where t.id = any(array(select p.id from picked p))
      returning t.id, t.tenant
    ),
    ${countPendingOf('pending_counted', '-', 'cancelled')},

@@ -361,10 +361,7 @@ const claimStatement = (flow: boolean) => `with clock as (select coalesce($1::ti
      select p.id, p.vtime, null::timestamptz as start_at, false as deferred, true as takes_slot
      from picked p where not (select seen from flow_seen)
    ),`}
-   -- claim_updates_by_id: by id beside the join, as held and deferred are.
-   -- Joined to the batch alone, a plan for its values over 20,000 queued
-   -- tasks hashed them all to write 500 (5 of the claim's 14 ms); held and
-   -- deferred read all 20,000 the same way.
+   -- updates_by_id (tasks-shared.ts), as held and deferred.
    claimed as (
      update tasks t set
        status = 'running',

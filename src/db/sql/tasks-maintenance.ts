@@ -34,7 +34,8 @@ const tasksPromoteDue = sql(
    update tasks t set status = 'queued', vtime = r.vtime,
      parked = ${parkedIfKeyFull('true', 't.tenant', 't.concurrency_key')}, updated_at = clock.now
    from rows r, clock
-   where t.id = r.id
+   -- updates_by_id (tasks-shared.ts)
+   where t.id = any(array(select x.id from rows x)) and t.id = r.id
    returning t.id`,
 );
 
@@ -105,7 +106,8 @@ const tasksReapExpired = sql(
        else 'lease expired: the consumer did not report (attempt ' || t.attempts || ')' end,
      updated_at = clock.now
    from expired e, clock
-   where t.id = e.id
+   -- updates_by_id (tasks-shared.ts)
+   where t.id = any(array(select x.id from expired x)) and t.id = e.id
    returning e.next_status, t.id, t.last_error, e.attempt, e.lease_epoch, e.attempt_started_at, clock.now,
              t.tenant, t.concurrency_key
    ),

@@ -22,6 +22,16 @@
 // predicate matches theirs): 10,100 rows and ~20 ms per 100 with 10,000
 // tasks in flight (`BENCH_RUNNING=10000 npm run bench:explain`). Their pairs
 // come from batchRows, not unnest (below).
+//
+// updates_by_id: so does every other update of `tasks` whose rows come from a
+// CTE (the claim's, the promote's, the reaper's, the bulk cancel's), by
+// `t.id = any(array(select id from <cte>))`: beside the join where the update
+// takes values from the CTE, alone where it takes none (beside a join it has
+// no use for, a generic plan of the bulk cancel looked every id up again for
+// each row). Joined to the CTE alone, a plan for its values over a table of
+// 20,000 tasks hashed all of them to write a batch (the claim of 500: 5 of
+// its 14 ms); over a larger table the planner looks the ids up either way.
+// test/tasks/plans.test.ts reads each one's plans beside a backlog.
 import { LIVE_STATUSES, TASK_COLUMNS, type TaskStatus } from './taskRows.ts';
 
 export type Now = Date | null | undefined;
