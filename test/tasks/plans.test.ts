@@ -555,63 +555,26 @@ describe("the claim's priority scan beside a long history", () => {
   });
 });
 
-// claim_updates_by_id (tasks-dispatch.ts): the claim's updates name their
+// updates_by_id (tasks-shared.ts) in the plain claim: its update names its
 // rows by id. Joined to the batch alone, a plan for its values over a table
 // of 20,000 queued tasks hashed all of them to write 500 (5 of a claim's
-// 14 ms, BENCHMARKS.md); the tasks a binding rate limit sends back to
-// scheduled (deferred) and those a key's slots hold back (held) were read
-// the same way.
-describe("the claim's writes beside a backlog of queued tasks", () => {
-  const BACKLOG = 20_000;
-  const claimOf = (flow: boolean) => (q: Queryable) =>
-    claimTasks(q, { now: T0, queue: 'default', limit: 500, claimedBy: 'plans', leaseSeconds: 60, flow });
-  const expectBatchReads = async (flows: boolean[]) => {
-    await t.db.query('vacuum analyze tasks');
-    for (const plan of ['generic', 'custom'] as const) {
-      for (const flow of flows) {
-        expectReadsAtMost((await planOf(claimOf(flow), plan)).filter((n) => n['Relation Name'] === 'tasks'), 500, `${plan}, flow ${flow}`);
-      }
-    }
-  };
-
-  it('claims a plain batch reading only the batch, generic and custom, with and without flow control', async () => {
+// 14 ms, BENCHMARKS.md, issue 12, seventeenth pass).
+describe("the plain claim's write beside a backlog of queued tasks", () => {
+  it('claims a plain batch reading only the batch, generic and custom', async () => {
     await resetTables(t.db);
+    // 5,000: PostgreSQL 18 hashed it here (beside 20,000 it looked the ids
+    // up); 15 hashed both.
     await t.db.query(
       `insert into tasks (tenant, task, status, run_at, vtime)
-       select 'acme', 'noop', 'queued', $1::timestamptz, i from generate_series(1, ${BACKLOG}) i`,
+       select 'acme', 'noop', 'queued', $1::timestamptz, i from generate_series(1, 5000) i`,
       [T0],
     );
-    await expectBatchReads([false, true]);
-    expect((await claimOf(false)(t.db)).claimed).toHaveLength(500);
-  });
-
-  it('sends back the tasks over a binding rate limit reading only the batch', async () => {
-    await resetTables(t.db);
-    await t.db.query(
-      `insert into tasks (tenant, task, status, run_at, vtime, rate_key, rate_limit, rate_period_seconds)
-       select 'acme', 'noop', 'queued', $1::timestamptz, i, 'partner', 1, 1 from generate_series(1, ${BACKLOG}) i`,
-      [T0],
-    );
-    await expectBatchReads([true]);
-    // One start a second within the look-ahead (60 s): the rest of the batch goes back to scheduled.
-    const claim = await claimOf(true)(t.db);
-    expect(claim.claimed).toHaveLength(61);
-    expect(claim.held).toBe(439);
-  });
-
-  it("holds back the tasks over a key's slots reading only the batch", async () => {
-    await resetTables(t.db);
-    // Priorities move vtimes within the batch, so the held tasks are written.
-    await t.db.query(
-      `insert into tasks (tenant, task, status, run_at, vtime, concurrency_key, concurrency_limit, priority)
-       select 'acme', 'noop', 'queued', $1::timestamptz + (i % 7) * interval '1 second', i, 'partner', 100, (i % 3)::smallint
-       from generate_series(1, ${BACKLOG}) i`,
-      [T0],
-    );
-    await expectBatchReads([true]);
-    const claim = await claimOf(true)(t.db);
-    expect(claim.claimed).toHaveLength(100);
-    expect(claim.held).toBe(400);
+    await t.db.query('vacuum analyze tasks');
+    const claim = (q: Queryable) => claimTasks(q, { now: T0, queue: 'default', limit: 500, claimedBy: 'plans', leaseSeconds: 60 });
+    for (const plan of ['generic', 'custom'] as const) {
+      expectReadsAtMost((await planOf(claim, plan)).filter((n) => n['Relation Name'] === 'tasks'), 500, plan);
+    }
+    expect((await claim(t.db)).claimed).toHaveLength(500);
   });
 });
 

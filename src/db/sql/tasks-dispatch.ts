@@ -322,8 +322,7 @@ const claimStatement = (flow: boolean) => `with clock as (select coalesce($1::ti
    held as (
      update tasks t set vtime = d.vtime, updated_at = clock.now
      from decided d, clock
-     where t.id = any(array(select x.id from decided x where not x.takes_slot and not x.deferred))
-       and t.id = d.id and not d.takes_slot and not d.deferred and t.vtime <> d.vtime
+     where t.id = d.id and not d.takes_slot and not d.deferred and t.vtime <> d.vtime
    ),
    -- park_passed_full_keys: the tasks of full keys this claim's scan passed
    -- over to reach its batch leave the runnable index (parked), at most a
@@ -353,7 +352,7 @@ const claimStatement = (flow: boolean) => `with clock as (select coalesce($1::ti
    deferred as (
      update tasks t set status = 'scheduled', run_at = d.start_at, vtime = null, updated_at = clock.now
      from decided d, clock
-     where t.id = any(array(select x.id from decided x where x.deferred)) and t.id = d.id and d.deferred
+     where t.id = d.id and d.deferred
    ),` : `
    -- plain_claim_leaves_flow_control: a batch with flow control is not
    -- claimed here (nothing written; claimTasks runs the whole statement).
@@ -361,7 +360,10 @@ const claimStatement = (flow: boolean) => `with clock as (select coalesce($1::ti
      select p.id, p.vtime, null::timestamptz as start_at, false as deferred, true as takes_slot
      from picked p where not (select seen from flow_seen)
    ),`}
-   -- updates_by_id (tasks-shared.ts), as held and deferred.
+   -- updates_by_id (tasks-shared.ts), in the plain statement. Not in the
+   -- whole one: there PostgreSQL 18's generic plan of a keyed batch looked
+   -- the claimed ids up again for each claimed task (80,200 rows visited for
+   -- 400), where joined alone it looks each up once (BENCHMARKS.md).
    claimed as (
      update tasks t set
        status = 'running',
@@ -376,7 +378,7 @@ const claimStatement = (flow: boolean) => `with clock as (select coalesce($1::ti
        started_at = null,
        updated_at = clock.now
      from decided d, clock
-     where t.id = any(array(select x.id from decided x where x.takes_slot)) and t.id = d.id and d.takes_slot
+     where ${flow ? '' : 't.id = any(array(select x.id from decided x where x.takes_slot)) and '}t.id = d.id and d.takes_slot
      returning t.id, t.lease_epoch, t.run_at, t.vtime, t.traceparent, t.rate_key, t.rate_key is not null as rated,
                greatest(0, floor(extract(epoch from t.run_at - clock.now) * 1000))::bigint as delay_ms
    ),

@@ -23,8 +23,8 @@
 // tasks in flight (`BENCH_RUNNING=10000 npm run bench:explain`). Their pairs
 // come from batchRows, not unnest (below).
 //
-// updates_by_id: so does every other update of `tasks` whose rows come from a
-// CTE (the claim's, the promote's, the reaper's, the bulk cancel's), by
+// updates_by_id: so do the updates of `tasks` that write a batch from a CTE
+// (the plain claim, the promote, the reaper, the bulk cancel), by
 // `t.id = any(array(select id from <cte>))`: beside the join where the update
 // takes values from the CTE, alone where it takes none (beside a join it has
 // no use for, a generic plan of the bulk cancel looked every id up again for
