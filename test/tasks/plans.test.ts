@@ -237,9 +237,7 @@ describe("the sweep's probe over statistics of a claimed backlog", () => {
       const scans = (await planOf((q) => promoteDueTasks(q, { now: at(90), lookaheadSeconds: 60, limit: 500 }), plan)).filter(
         (n) => n['Relation Name'] === 'tasks',
       );
-      // The due index gives the one due task and stops at the bound. (The
-      // update's join by id is planned for the batch's limit, not for what
-      // the scan found: over a table this small a generic plan hashes it.)
+      // The due index gives the one due task and stops at the bound.
       const due = scans.filter((n) => n['Index Name'] === 'tasks_due_order_idx');
       expect(due.map((n) => n['Actual Rows']), `${plan}: the due task`).toEqual([1]);
       expectReadsAtMost(due, 1, plan);
