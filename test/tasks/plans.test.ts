@@ -33,6 +33,10 @@ const t = useTestDatabase();
 const planOf = async (write: (q: Queryable) => Promise<unknown>, plan: 'generic' | 'custom' = 'generic'): Promise<PlanNode[]> =>
   (await explainAsRun(t.db, write, plan)).nodes;
 
+/** The nodes of `write`'s plan that read or write `tasks`. */
+const tasksScans = async (write: (q: Queryable) => Promise<unknown>, plan: 'generic' | 'custom') =>
+  (await planOf(write, plan)).filter((n) => n['Relation Name'] === 'tasks');
+
 const BATCH = 100;
 const RUNNING = 300;
 let batch: { id: string; epoch: number }[] = [];
@@ -570,7 +574,7 @@ describe("the plain claim's write beside a backlog of queued tasks", () => {
     await t.db.query('vacuum analyze tasks');
     const claim = (q: Queryable) => claimTasks(q, { now: T0, queue: 'default', limit: 500, claimedBy: 'plans', leaseSeconds: 60 });
     for (const plan of ['generic', 'custom'] as const) {
-      expectReadsAtMost((await planOf(claim, plan)).filter((n) => n['Relation Name'] === 'tasks'), 500, plan);
+      expectReadsAtMost(await tasksScans(claim, plan), 500, plan);
     }
     expect((await claim(t.db)).claimed).toHaveLength(500);
   });
@@ -581,8 +585,6 @@ describe("the plain claim's write beside a backlog of queued tasks", () => {
 // reads its batch, not the backlog beside it.
 describe("the promote's, the reaper's and the bulk cancel's writes beside a backlog", () => {
   const BACKLOG = 20_000;
-  const tasksScans = async (write: (q: Queryable) => Promise<unknown>, plan: 'generic' | 'custom') =>
-    (await planOf(write, plan)).filter((n) => n['Relation Name'] === 'tasks');
 
   it('promotes a batch of tasks due at one instant reading only the batch, generic and custom', async () => {
     await resetTables(t.db);
