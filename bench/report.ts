@@ -34,7 +34,7 @@ export function pairedRatios(a: readonly { rate: number }[] | undefined, b: read
   return summarize(a.map((r, i) => r.rate / b[i]!.rate));
 }
 
-export const x = (r: number | undefined) => (r === undefined ? 'n/a' : `${fmt2(r)}x`);
+export const x = (r: number | undefined) => (r === undefined || !Number.isFinite(r) ? 'n/a' : `${fmt2(r)}x`);
 
 export function renderTable(rows: readonly Row[]): string {
   const header: Row = { workload: 'workload', project: 'this project', pgboss: 'pg-boss', graphile: 'graphile-worker', target: 'target', verdict: '' };

@@ -13,6 +13,7 @@ import { prepareCeiling, runCeiling, type CeilingRun } from './ceiling.ts';
 import type { Ctx } from './context.ts';
 import { benchConfig, benchPlans, benchTransport, otherTransport, transportName } from './core.ts';
 import { createCpuMeter } from './cpu.ts';
+import { FLOOR_DESIGNS, floorCycle, type FloorDesign, type FloorResult } from './floor.ts';
 import { graphileDrain, graphileEnqueue, graphileLatency, graphileSettings } from './graphile.ts';
 import type { PeerDrainResult, PeerRate } from './peers.ts';
 import { pgbossDrain, pgbossEnqueue, pgbossLatency, pgbossSettings } from './pgboss.ts';
@@ -204,6 +205,38 @@ try {
       }
       F['flow.project'] = Object.fromEntries(flows.map((f) => [f, { rate: rates(runs[f]), runs: runs[f] }]));
       progress(`flow: ${flows.map((f) => `${f} ${fmtInt(rates(runs[f]).median)}`).join(', ')} tasks/s (medians)`);
+    });
+  }
+
+  // 2d. The floor of the drain's row work (issue 12): bare designs, designs
+  // interleaved within each repetition.
+  if (phase('floor')) {
+    await attempt('floor', async () => {
+      const designs = Object.keys(FLOOR_DESIGNS) as FloorDesign[];
+      const runs = Object.fromEntries(designs.map((d) => [d, [] as FloorResult[]])) as Record<FloorDesign, FloorResult[]>;
+      for (let rep = 0; rep <= settings.reps; rep++) {
+        for (const d of designs) {
+          const r = await floorCycle(ctx, d);
+          progress(`floor ${settings.tasks} ${d}: ${rep === 0 ? 'warm-up' : `rep ${rep}/${settings.reps}`}: enqueue ${fmtInt(r.enqueueRate)} tasks/s; drain ${fmtInt(r.cpuUs)} µs CPU, ${fmtInt(r.walBytes)} B WAL per task`);
+          if (rep > 0) runs[d].push(r);
+        }
+        await server.dropCreated();
+      }
+      const of = (d: FloorDesign, f: (r: FloorResult) => number) => summarize(runs[d].map(f));
+      F.floor = Object.fromEntries(
+        designs.map((d) => [
+          d,
+          {
+            enqueueRate: of(d, (r) => r.enqueueRate),
+            enqueueCpuUs: of(d, (r) => r.enqueueCpuUs),
+            cpuUs: of(d, (r) => r.cpuUs),
+            walBytes: of(d, (r) => r.walBytes),
+            versions: of(d, (r) => r.versions),
+            hot: of(d, (r) => r.hotRatio),
+            runs: runs[d],
+          },
+        ]),
+      );
     });
   }
 
@@ -441,6 +474,30 @@ if (phase('drain')) {
     target: `CPU <= 1x graphile (${x(cpuR)}), WAL <= 1.5x (${x(walR)})`,
     verdict: verdict(cpuR === undefined || walR === undefined ? undefined : cpuR <= 1 && walR <= 1.5),
   });
+}
+if (phase('floor')) {
+  // Each bare design beside graphile-worker's drain (its CPU and WAL per
+  // task) and its addJobs in this run, when those phases ran.
+  type FloorFigures = Record<FloorDesign, Record<'enqueueRate' | 'enqueueCpuUs' | 'cpuUs' | 'walBytes' | 'versions' | 'hot', Summary>>;
+  const floor = get<FloorFigures>('floor');
+  const gRuns = (F['drain.graphile-worker'] as { runs?: PeerDrainResult[] } | undefined)?.runs ?? [];
+  const gCpu = gRuns.length ? summarize(gRuns.map((r) => (r.cpu.postgres * 1e6) / r.tasks)).median : undefined;
+  const gWal = gRuns.length ? summarize(gRuns.map((r) => r.pg.walBytes / r.tasks)).median : undefined;
+  for (const d of Object.keys(FLOOR_DESIGNS) as FloorDesign[]) {
+    const f = floor?.[d];
+    const vsDrain = f && gCpu !== undefined && gWal !== undefined ? `drain vs graphile's: CPU ${x(f.cpuUs.median / gCpu)}, WAL ${x(f.walBytes.median / gWal)}` : '';
+    const vsAdd = f && ge ? `enqueue ${x(f.enqueueRate.median / ge.batch.median)} addJobs` : '';
+    rows.push({
+      workload: `2d. floor: ${d} (bare statements)`,
+      project: f
+        ? `enqueue ${fmtInt(f.enqueueRate.median)} tasks/s (${fmtInt(f.enqueueCpuUs.median)} µs CPU per task); drain ${fmtInt(f.cpuUs.median)} µs CPU, ${fmtInt(f.walBytes.median)} B WAL, ${fmt2(f.versions.median)} row versions (${fmtInt(f.hot.median * 100)}% of updates HOT) per task`
+        : 'n/a',
+      pgboss: '',
+      graphile: '',
+      target: [vsDrain, vsAdd].filter(Boolean).join('; ') || 'reported',
+      verdict: '',
+    });
+  }
 }
 if (phase('latency')) {
   const L = (k: string) => get<{ p50: Summary; p95: Summary; p99: Summary }>(`latency.${k}`);

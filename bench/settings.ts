@@ -41,6 +41,7 @@ export const ALL_PHASES = [
   'transport',
   'model',
   'flow',
+  'floor',
 ] as const;
 export type PhaseName = (typeof ALL_PHASES)[number];
 
