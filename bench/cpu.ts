@@ -1,8 +1,9 @@
 // CPU seconds spent by each part of a run, read from /proc (Linux only;
 // elsewhere every figure is NaN): this bench process (the system under test's
 // Node side), the WebSocket proxy, and the Postgres server (postmaster and
-// every backend it forked, found by the port in the server URL). Backends
-// that exit take their counters with them, so read before closing connections.
+// every backend it forked: the postmaster found as a backend's parent, or by
+// the port on its command line). Backends that exit take their counters with
+// them, so read before closing connections.
 import { readdirSync, readFileSync } from 'node:fs';
 
 const TICKS = 100; // USER_HZ on Linux
@@ -52,9 +53,25 @@ function machineBusySeconds(): number {
   }
 }
 
-export function createCpuMeter(serverUrl: string, proxyPid: number | undefined): () => CpuSnapshot {
+/**
+ * The postmaster of a local server, from one of its backends' pids (`select
+ * pg_backend_pid()`): a server whose command line does not name its port, as
+ * a distribution's service does not, is still found. Null where that pid is
+ * not a local postgres process.
+ */
+export function postmasterOf(backendPid: number): number | null {
+  try {
+    if (readFileSync(`/proc/${backendPid}/comm`, 'utf8').trim() !== 'postgres') return null;
+  } catch {
+    return null;
+  }
+  return procStat(backendPid)?.ppid ?? null;
+}
+
+/** `postmaster`: the server's pid where known (postmasterOf); else it is looked up by the port on its command line. */
+export function createCpuMeter(serverUrl: string, proxyPid: number | undefined, postmaster: number | null = null): () => CpuSnapshot {
   const port = Number(new URL(serverUrl).port || 5432);
-  let master: number | null | undefined;
+  let master: number | null | undefined = postmaster ?? undefined;
   return () => {
     const at = performance.now();
     const bench = (process.cpuUsage().user + process.cpuUsage().system) / 1e6;

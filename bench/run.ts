@@ -12,7 +12,7 @@ import { metricsScrapeTiming, type MetricsTiming } from './metrics.ts';
 import { prepareCeiling, runCeiling, type CeilingRun } from './ceiling.ts';
 import type { Ctx } from './context.ts';
 import { benchConfig, benchPlans, benchTransport, otherTransport, transportName } from './core.ts';
-import { createCpuMeter } from './cpu.ts';
+import { createCpuMeter, postmasterOf } from './cpu.ts';
 import { FLOOR_DESIGNS, floorCycle, type FloorDesign, type FloorResult } from './floor.ts';
 import { graphileDrain, graphileEnqueue, graphileLatency, graphileSettings } from './graphile.ts';
 import type { PeerDrainResult, PeerRate } from './peers.ts';
@@ -35,7 +35,7 @@ import {
   type StepCount,
 } from './project.ts';
 import { fmt1, fmt2, fmtInt, pairedRatios, range, ratio, renderTable, verdict, x, type Row } from './report.ts';
-import { ignoreTerminatedConnections, root, startProxyProcess, startServer } from './server.ts';
+import { ignoreTerminatedConnections, root, startProxyProcess, startServer, withClient } from './server.ts';
 import { readSettings, type Settings, type SystemName } from './settings.ts';
 import { progress, repeat, summarize, type Summary } from './stats.ts';
 import { runModel, type ModelResult } from './model.ts';
@@ -119,7 +119,9 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     });
   });
 }
-const ctx: Ctx = { server, proxy: proxy.address, settings, cpu: createCpuMeter(server.url, proxy.pid) };
+// Read while the backend lives: its parent is the server's postmaster.
+const postmaster = await withClient(server.url, async (c) => postmasterOf((await c.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid));
+const ctx: Ctx = { server, proxy: proxy.address, settings, cpu: createCpuMeter(server.url, proxy.pid, postmaster) };
 
 try {
   // 1. Enqueue -------------------------------------------------------------
