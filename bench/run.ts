@@ -441,23 +441,24 @@ if (phase('drain')) {
     verdict: verdict(vsG === undefined || vsB === undefined ? undefined : vsG >= 1.5 && vsB >= 2),
   });
 }
-if (phase('drain')) {
-  // Per task, from Postgres itself: CPU of its processes, WAL, and the row
-  // versions written to the system's tables (updates: the share of them HOT).
-  const perTask = (key: string) => {
-    const runs = (F[key] as { runs?: (DrainResult | PeerDrainResult)[] } | undefined)?.runs ?? [];
-    if (runs.length === 0) return undefined;
-    const per = (f: (r: DrainResult | PeerDrainResult) => number) => summarize(runs.map((r) => f(r) / r.tasks)).median;
-    const sum = (r: DrainResult | PeerDrainResult, f: (t: { inserted: number; updated: number; hotUpdated: number; deleted: number }) => number) =>
-      Object.values(r.pg.tables).reduce((a, t) => a + f(t), 0);
-    return {
-      cpuUs: per((r) => r.cpu.postgres * 1e6),
-      walBytes: per((r) => r.pg.walBytes),
-      versions: per((r) => sum(r, (t) => t.inserted + t.updated)),
-      updates: per((r) => sum(r, (t) => t.updated)),
-      hot: summarize(runs.map((r) => sum(r, (t) => t.hotUpdated) / Math.max(1, sum(r, (t) => t.updated)))).median,
-    };
+// A drain's figures per task, from Postgres itself: CPU of its processes, WAL,
+// and the row versions written to the system's tables (updates: the share of
+// them HOT). Medians over the repetitions.
+const perTask = (key: string) => {
+  const runs = (F[key] as { runs?: (DrainResult | PeerDrainResult)[] } | undefined)?.runs ?? [];
+  if (runs.length === 0) return undefined;
+  const per = (f: (r: DrainResult | PeerDrainResult) => number) => summarize(runs.map((r) => f(r) / r.tasks)).median;
+  const sum = (r: DrainResult | PeerDrainResult, f: (t: { inserted: number; updated: number; hotUpdated: number; deleted: number }) => number) =>
+    Object.values(r.pg.tables).reduce((a, t) => a + f(t), 0);
+  return {
+    cpuUs: per((r) => r.cpu.postgres * 1e6),
+    walBytes: per((r) => r.pg.walBytes),
+    versions: per((r) => sum(r, (t) => t.inserted + t.updated)),
+    updates: per((r) => sum(r, (t) => t.updated)),
+    hot: summarize(runs.map((r) => sum(r, (t) => t.hotUpdated) / Math.max(1, sum(r, (t) => t.updated)))).median,
   };
+};
+if (phase('drain')) {
   const cell = (key: string) => {
     const p = perTask(key);
     return p
@@ -482,12 +483,10 @@ if (phase('floor')) {
   // task) and its addJobs in this run, when those phases ran.
   type FloorFigures = Record<FloorDesign, Record<'enqueueRate' | 'enqueueCpuUs' | 'cpuUs' | 'walBytes' | 'versions' | 'hot', Summary>>;
   const floor = get<FloorFigures>('floor');
-  const gRuns = (F['drain.graphile-worker'] as { runs?: PeerDrainResult[] } | undefined)?.runs ?? [];
-  const gCpu = gRuns.length ? summarize(gRuns.map((r) => (r.cpu.postgres * 1e6) / r.tasks)).median : undefined;
-  const gWal = gRuns.length ? summarize(gRuns.map((r) => r.pg.walBytes / r.tasks)).median : undefined;
+  const g = perTask('drain.graphile-worker');
   for (const d of Object.keys(FLOOR_DESIGNS) as FloorDesign[]) {
     const f = floor?.[d];
-    const vsDrain = f && gCpu !== undefined && gWal !== undefined ? `drain vs graphile's: CPU ${x(f.cpuUs.median / gCpu)}, WAL ${x(f.walBytes.median / gWal)}` : '';
+    const vsDrain = f && g ? `drain vs graphile's: CPU ${x(f.cpuUs.median / g.cpuUs)}, WAL ${x(f.walBytes.median / g.walBytes)}` : '';
     const vsAdd = f && ge ? `enqueue ${x(f.enqueueRate.median / ge.batch.median)} addJobs` : '';
     rows.push({
       workload: `2d. floor: ${d} (bare statements)`,
