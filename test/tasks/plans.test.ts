@@ -201,6 +201,22 @@ describe("the sweep's probe over statistics of a claimed backlog", () => {
     await expectIndexOnly(at(602));
   });
 
+  // probe_parked_in_index_order: with every queued task parked behind a full
+  // key, the parked arm answers. Ordered other than its index, it read and
+  // sorted the whole parked backlog on every sweep.
+  it("finds a saturated key's parked backlog from the parked index's first row", async () => {
+    await resetTables(t.db);
+    await t.db.query(`insert into concurrency_slots (tenant, key, max_running, running) values ('acme', 'busy', 1, 1)`);
+    await t.db.query(
+      `insert into tasks (tenant, task, status, run_at, vtime, parked, priority, concurrency_key, concurrency_limit)
+       select 'acme', 'noop', 'queued', $1::timestamptz, i, true, i % 3 - 1, 'busy', 1 from generate_series(1, $2::int) i`,
+      [T0, BACKLOG],
+    );
+    await t.db.query('analyze tasks');
+    expect(await probe(t.db, at(1))).toBe(true);
+    await expectIndexOnly(at(1));
+  });
+
   // probe_reap_last: the leases have no index, so the reap arm reads every
   // running task; with work queued the probe answers before it.
   it('answers from the queued work without reading the running tasks', async () => {

@@ -90,6 +90,12 @@ export async function countHeldDispatcherSlots(q: Queryable, p: { now?: Now } = 
  * lines grow with use, and a table read whole to find none old enough cost
  * every probe 26 ms at 100,000 rate keys, 150 ms at 1,000,000 spent keys.
  *
+ * probe_parked_in_index_order: the parked arm asks in the order of
+ * tasks_parked_priority_idx (migration 0034), priority included. In the
+ * order of the index that migration replaced, no index gave its first row:
+ * with every queued task parked behind a full key, each probe read and
+ * sorted the whole parked backlog, or the table.
+ *
  * probe_reap_last: one answer, its arms in one `or`, which stops at the
  * first that holds (an arm not reached is never run). The reap arm comes
  * last: no index orders the leases (one would cost the fenced start its HOT
@@ -105,7 +111,7 @@ const sweepProbeDueWork = sql(
      (select true from tasks t where t.status = 'queued' and not t.parked
       order by t.queue, t.vtime, t.id limit 1) is not null
      or (select true from tasks t where t.status = 'queued' and t.parked
-         order by t.tenant, t.concurrency_key, t.vtime, t.id limit 1) is not null
+         order by t.tenant, t.concurrency_key, t.priority desc, t.vtime, t.id limit 1) is not null
      -- promote: scheduled tasks within the look-ahead
      or (select true from tasks t
          where t.status = 'scheduled' and t.run_at <= clock.now + make_interval(secs => $2::int)

@@ -1571,7 +1571,7 @@ export const mutants: Mutant[] = [
     find: `(select true from tasks t where t.status = 'queued' and not t.parked
       order by t.queue, t.vtime, t.id limit 1) is not null
      or (select true from tasks t where t.status = 'queued' and t.parked
-         order by t.tenant, t.concurrency_key, t.vtime, t.id limit 1) is not null`,
+         order by t.tenant, t.concurrency_key, t.priority desc, t.vtime, t.id limit 1) is not null`,
     replace: `false`,
     tests: ['test/sweep/path.test.ts'],
   },
@@ -1598,6 +1598,16 @@ export const mutants: Mutant[] = [
       order by t.queue, t.vtime, t.id limit 1) is not null`,
     replace: `exists (select 1 from tasks t where t.status = 'queued' and not t.parked)`,
     tests: ['test/tasks/plans.test.ts'],
+  },
+  {
+    id: 'probe-parked-in-index-order',
+    file: 'src/db/sql/dispatchers.ts',
+    statement: 'sweep_probe_due_work',
+    guard: 'probe_parked_in_index_order: in the replaced index\'s order, a probe sorted the whole parked backlog',
+    find: `order by t.tenant, t.concurrency_key, t.priority desc, t.vtime, t.id limit 1`,
+    replace: `order by t.tenant, t.concurrency_key, t.vtime, t.id limit 1`,
+    tests: ['test/tasks/plans.test.ts'],
+    testName: "parked backlog from the parked index's first row",
   },
   {
     id: 'probe-promote-by-index',

@@ -1,6 +1,8 @@
 // Statements behind the dashboard's charts and GET /metrics. Both read only
 // what their partial indexes bound: live tasks (scheduled, queued, running:
-// tasks_due_order_idx, tasks_runnable_idx, tasks_running_idx) and tasks finished in
+// tasks_due_order_idx, tasks_pending_tenant_idx, tasks_running_idx; the
+// queued arm counts parked tasks too, which tasks_runnable_idx leaves out,
+// so it reads the pending index) and tasks finished in
 // a recent window (a range of tasks_finished_idx on finished_at). Neither
 // ever scans the finished history, so their cost follows the live work and
 // the recent throughput, not the number of rows retention keeps.
