@@ -51,6 +51,27 @@ interface Design {
 const items = `unnest($1::jsonb[]) with ordinality as i(payload, o)`;
 const batch = `from unnest($1::bigint[], $2::int[]) b(id, epoch) where s.id = b.id and s.epoch = b.epoch`;
 
+/** The fenced start and finish of today's row, by id and lease epoch. */
+const todayFenced = (set: string) =>
+  `update tasks s set ${set}
+   from unnest($1::bigint[], $2::int[]) b(id, epoch) where s.id = b.id and s.lease_epoch = b.epoch and s.status = 'running'`;
+const TODAY_START = todayFenced(`attempts = s.attempts + 1, started_at = now(), lease_expires_at = now() + interval '5 minutes', updated_at = now()`);
+const TODAY_FINISH = todayFenced(`status = 'succeeded', finished_at = now(), lease_expires_at = null, updated_at = now()`);
+
+/** The reaper's one row per claimed batch: its table, and a claim (`update ... returning s.id, epoch`) that writes it. */
+const CLAIM_ROWS = `
+      create table claims (id bigint generated always as identity primary key, lease_expires_at timestamptz not null, ids bigint[] not null);
+      create index claims_lease on claims (lease_expires_at);`;
+const writingClaimRow = (update: string) => `with c as (${update}),
+            b as (insert into claims (lease_expires_at, ids) select now() + interval '5 minutes', array_agg(id) from c having count(*) > 0)
+            select id, epoch from c`;
+
+/** The start and finish of the state rows with one index: HOT, as neither changes an indexed column. */
+const HOT_START = `update state s set attempts = s.attempts + 1, started_at = now() ${batch} and s.finished_at is null`;
+const HOT_FINISH = `update state s set outcome = 's', finished_at = now(), lease_expires_at = null ${batch} and s.finished_at is null`;
+const ONE_INDEX_ENQUEUE = `with s as (insert into state (id, queue, vtime) select $2::bigint + i.o, 'q', $2::bigint + i.o from ${items})
+              insert into body (id, payload) select $2::bigint + i.o, i.payload from ${items}`;
+
 export const FLOOR_DESIGNS = {
   /**
    * Today's row and indexes (the project's migrations), written by the bare
@@ -64,10 +85,8 @@ export const FLOOR_DESIGNS = {
               lease_expires_at = now() + interval '5 minutes', updated_at = now()
             where s.id in (select id from tasks where queue = 'default' and status = 'queued' and not parked order by vtime, id limit $1 for update skip locked)
             returning s.id, s.lease_epoch as epoch`,
-    start: `update tasks s set attempts = s.attempts + 1, started_at = now(), lease_expires_at = now() + interval '5 minutes', updated_at = now()
-            from unnest($1::bigint[], $2::int[]) b(id, epoch) where s.id = b.id and s.lease_epoch = b.epoch and s.status = 'running'`,
-    finish: `update tasks s set status = 'succeeded', finished_at = now(), lease_expires_at = null, updated_at = now()
-             from unnest($1::bigint[], $2::int[]) b(id, epoch) where s.id = b.id and s.lease_epoch = b.epoch and s.status = 'running'`,
+    start: TODAY_START,
+    finish: TODAY_FINISH,
     tables: ['public.tasks'],
   },
   /**
@@ -95,22 +114,17 @@ export const FLOOR_DESIGNS = {
       create index tasks_concurrency_key_waiting_idx on tasks (tenant, concurrency_key) where concurrency_key is not null and wait is not null;
       create index tasks_live_occurrences_idx on tasks (schedule_id) where schedule_id is not null;
       create index tasks_tenant_idx on tasks (tenant, id);
-      create index tasks_finished_idx on tasks using brin (finished_at);
-      create table claims (id bigint generated always as identity primary key, lease_expires_at timestamptz not null, ids bigint[] not null);
-      create index claims_lease on claims (lease_expires_at);`,
+      create index tasks_finished_idx on tasks using brin (finished_at);${CLAIM_ROWS}`,
     enqueue: `insert into tasks (tenant, queue, task, payload, status, wait, run_at, vtime)
               select 'bench', 'default', 'noop', i.payload, 'queued', 'queued', now(), $2::bigint + i.o from ${items}`,
-    claim: `with c as (
-              update tasks s set status = 'running', wait = null, lease_epoch = s.lease_epoch + 1, claimed_by = 'w', dispatched_at = now(),
-                lease_expires_at = now() + interval '5 minutes', updated_at = now()
-              where s.id in (select id from tasks where queue = 'default' and wait = 'queued' and not parked order by vtime, id limit $1 for update skip locked)
-              returning s.id, s.lease_epoch as epoch),
-            b as (insert into claims (lease_expires_at, ids) select now() + interval '5 minutes', array_agg(id) from c having count(*) > 0)
-            select id, epoch from c`,
-    start: `update tasks s set attempts = s.attempts + 1, started_at = now(), lease_expires_at = now() + interval '5 minutes', updated_at = now()
-            from unnest($1::bigint[], $2::int[]) b(id, epoch) where s.id = b.id and s.lease_epoch = b.epoch and s.status = 'running'`,
-    finish: `update tasks s set status = 'succeeded', finished_at = now(), lease_expires_at = null, updated_at = now()
-             from unnest($1::bigint[], $2::int[]) b(id, epoch) where s.id = b.id and s.lease_epoch = b.epoch and s.status = 'running'`,
+    claim: writingClaimRow(
+      `update tasks s set status = 'running', wait = null, lease_epoch = s.lease_epoch + 1, claimed_by = 'w', dispatched_at = now(),
+         lease_expires_at = now() + interval '5 minutes', updated_at = now()
+       where s.id in (select id from tasks where queue = 'default' and wait = 'queued' and not parked order by vtime, id limit $1 for update skip locked)
+       returning s.id, s.lease_epoch as epoch`,
+    ),
+    start: TODAY_START,
+    finish: TODAY_FINISH,
     tables: ['public.tasks', 'public.claims'],
   },
   /**
@@ -152,13 +166,12 @@ export const FLOOR_DESIGNS = {
         started_at timestamptz, finished_at timestamptz, outcome "char") with (fillfactor = 50);
       create index state_runnable on state (queue, vtime, id) where waiting;
       create table body (id bigint primary key, payload jsonb not null);`,
-    enqueue: `with s as (insert into state (id, queue, vtime) select $2::bigint + i.o, 'q', $2::bigint + i.o from ${items})
-              insert into body (id, payload) select $2::bigint + i.o, i.payload from ${items}`,
+    enqueue: ONE_INDEX_ENQUEUE,
     claim: `update state s set waiting = false, epoch = s.epoch + 1, lease_expires_at = now() + interval '5 minutes'
             where s.id in (select id from state where queue = 'q' and waiting order by vtime, id limit $1 for update skip locked)
             returning s.id, s.epoch`,
-    start: `update state s set attempts = s.attempts + 1, started_at = now() ${batch} and s.finished_at is null`,
-    finish: `update state s set outcome = 's', finished_at = now(), lease_expires_at = null ${batch} and s.finished_at is null`,
+    start: HOT_START,
+    finish: HOT_FINISH,
     tables: ['public.state', 'public.body'],
   },
   /**
@@ -176,20 +189,17 @@ export const FLOOR_DESIGNS = {
         started_at timestamptz, finished_at timestamptz, outcome "char") with (fillfactor = 50);
       create index state_runnable on state (queue, vtime, id) where waiting;
       create index state_tenant on state (tenant, id);
-      create index state_finished on state using brin (finished_at);
-      create table claims (id bigint generated always as identity primary key, lease_expires_at timestamptz not null, ids bigint[] not null);
-      create index claims_lease on claims (lease_expires_at);
+      create index state_finished on state using brin (finished_at);${CLAIM_ROWS}
       create table body (id bigint primary key, payload jsonb not null);`,
     enqueue: `with s as (insert into state (id, queue, tenant, vtime) select $2::bigint + i.o, 'q', 't' || (i.o % 10), $2::bigint + i.o from ${items})
               insert into body (id, payload) select $2::bigint + i.o, i.payload from ${items}`,
-    claim: `with c as (
-              update state s set waiting = false, epoch = s.epoch + 1, lease_expires_at = now() + interval '5 minutes'
-              where s.id in (select id from state where queue = 'q' and waiting order by vtime, id limit $1 for update skip locked)
-              returning s.id, s.epoch),
-            b as (insert into claims (lease_expires_at, ids) select now() + interval '5 minutes', array_agg(id) from c having count(*) > 0)
-            select id, epoch from c`,
-    start: `update state s set attempts = s.attempts + 1, started_at = now() ${batch} and s.finished_at is null`,
-    finish: `update state s set outcome = 's', finished_at = now(), lease_expires_at = null ${batch} and s.finished_at is null`,
+    claim: writingClaimRow(
+      `update state s set waiting = false, epoch = s.epoch + 1, lease_expires_at = now() + interval '5 minutes'
+       where s.id in (select id from state where queue = 'q' and waiting order by vtime, id limit $1 for update skip locked)
+       returning s.id, s.epoch`,
+    ),
+    start: HOT_START,
+    finish: HOT_FINISH,
     tables: ['public.state', 'public.body', 'public.claims'],
   },
   /**
@@ -205,12 +215,11 @@ export const FLOOR_DESIGNS = {
         finished_at timestamptz, outcome "char") with (fillfactor = 50);
       create index state_runnable on state (queue, vtime, id) where waiting;
       create table body (id bigint primary key, payload jsonb not null);`,
-    enqueue: `with s as (insert into state (id, queue, vtime) select $2::bigint + i.o, 'q', $2::bigint + i.o from ${items})
-              insert into body (id, payload) select $2::bigint + i.o, i.payload from ${items}`,
+    enqueue: ONE_INDEX_ENQUEUE,
     claim: `update state s set waiting = false, epoch = s.epoch + 1, attempts = s.attempts + 1, lease_expires_at = now() + interval '5 minutes'
             where s.id in (select id from state where queue = 'q' and waiting order by vtime, id limit $1 for update skip locked)
             returning s.id, s.epoch`,
-    finish: `update state s set outcome = 's', finished_at = now(), lease_expires_at = null ${batch} and s.finished_at is null`,
+    finish: HOT_FINISH,
     tables: ['public.state', 'public.body'],
   },
   /**
