@@ -1610,6 +1610,17 @@ export const mutants: Mutant[] = [
     testName: "parked backlog from the parked index's first row",
   },
   {
+    id: 'flow-control-tables-analyzed',
+    file: 'migrations/0036_flow_control_tables_analyzed.sql',
+    statement: 'migration 0036',
+    guard: "flow_control_tables_analyzed: never analyzed, an unused flow-control table is planned as ten pages, and the claim's flow filter as a costly probe per task",
+    find: `analyze concurrency_slots;
+analyze concurrency_frees;`,
+    replace: `select 1;`,
+    tests: ['test/db/migrate.test.ts'],
+    testName: '0036',
+  },
+  {
     id: 'probe-promote-by-index',
     file: 'src/db/sql/dispatchers.ts',
     statement: 'sweep_probe_due_work',
