@@ -8,9 +8,9 @@
 -- that for every task of the queue, lost to a bitmap over the whole backlog
 -- and a sort (beside 1,000,000 finished tasks and 20,000 queued, it did on 2
 -- and 3 of 15 samples of the statistics on PostgreSQL 18 and 15). A
--- deployment that uses rate limits but no
--- concurrency key never writes concurrency_slots, so autovacuum never
--- analyzes it. Analyzed empty, the planner sizes them by their pages as they
--- grow, and autovacuum analyzes them once they change.
+-- deployment that uses rate limits but no concurrency key never writes
+-- concurrency_slots, so autovacuum never analyzes it. Analyzed empty, the
+-- planner sizes them by their pages as they grow, and autovacuum analyzes
+-- them once they change.
 analyze concurrency_slots;
 analyze concurrency_frees;
